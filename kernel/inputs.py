@@ -1,0 +1,183 @@
+"""Seeded generators of TARGET_VERIFY inputs in SGLang's layout, reused by every test,
+validation run and benchmark.
+
+Draft trees: chain, star, random parents, and DDTree-like best-first trees under a node
+budget. Pools: contiguous, scattered (at any page size; page 1 is SGLang's default),
+and fragmented by simulated allocate/free churn. Every pool slot that no prefix token
+owns (the padding page, free slots, the draft tokens' own slots) holds NaN, so a stray
+read poisons the output instead of passing silently.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+from .checks import HEAD_DIM, VerifyInputError
+
+TREES = ("chain", "star", "random", "ddtree")
+LAYOUTS = ("contiguous", "scattered", "fragmented")
+SM_SCALE = 192 ** -0.5  # DeepSeek-V3 / Kimi-K2: (qk_nope 128 + rope 64) ** -0.5, no YaRN mscale
+
+
+def tree_parents(kind: str, T: int, gen: torch.Generator) -> list[int]:
+    """Parent of each of T draft nodes (-1 for the root, node 0); parents precede children."""
+    if T < 1:
+        raise VerifyInputError(f"T: need at least one draft node, got {T}")
+    if kind == "chain":
+        return [-1] + list(range(T - 1))
+    if kind == "star":
+        return [-1] + [0] * (T - 1)
+    if kind == "random":
+        return [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, T)]
+    if kind == "ddtree":
+        # Best-first expansion as DDTree does: each node's children take a decreasing share
+        # of its probability; the T most probable prefixes of the draft distribution win.
+        parents: list[int] = []
+        heap = [(-1.0, 0, -1)]  # (-path probability, tie-break, parent node)
+        tick = 1
+        while heap and len(parents) < T:
+            negp, _, par = heapq.heappop(heap)
+            node = len(parents)
+            parents.append(par)
+            shares = torch.rand(4, generator=gen).sort(descending=True).values
+            shares = shares / shares.sum() * 0.9
+            for s in shares.tolist():
+                heapq.heappush(heap, (negp * s, tick, node))
+                tick += 1
+        return parents
+    raise VerifyInputError(f"tree: unknown kind {kind!r} (expected one of {', '.join(TREES)})")
+
+
+def ancestor_mask(parents: list[int]) -> torch.Tensor:
+    """[T, T] bool: row i is True at i and at every ancestor of i."""
+    T = len(parents)
+    m = torch.zeros(T, T, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            m[i] = m[p]
+        m[i, i] = True
+    return m
+
+
+def _pool_slots(layout: str, prefix_lens: list[int], page_size: int, gen: torch.Generator,
+                slack: float) -> tuple[int, list[torch.Tensor]]:
+    """Number of pool slots and the per-token slot ids of each request's prefix."""
+    P = page_size
+    pages_per_req = [-(-s // P) for s in prefix_lens]
+    need = sum(pages_per_req)
+    total_pages = 1 + need + int(need * slack) + 1  # page 0 is SGLang's padding page
+    if layout == "contiguous":
+        order = torch.arange(1, 1 + need)
+    elif layout == "scattered":
+        order = torch.randperm(total_pages - 1, generator=gen)[:need] + 1
+    elif layout == "fragmented":
+        # SGLang-like free list: allocation pops from the front, frees append at the back.
+        # Churn with short-lived requests, then allocate ours from what is left.
+        free = list(range(1, total_pages))
+        live: list[list[int]] = []
+        spare = total_pages - 1 - need
+        for _ in range(64):
+            n = int(torch.randint(1, max(2, spare // 8 + 2), (1,), generator=gen))
+            if n <= len(free) - need:
+                live.append(free[:n])
+                del free[:n]
+            if live and float(torch.rand(1, generator=gen)) < 0.7:
+                free.extend(live.pop(int(torch.randint(0, len(live), (1,), generator=gen))))
+        order = torch.tensor(free[:need], dtype=torch.long)
+    else:
+        raise VerifyInputError(f"layout: unknown {layout!r} (expected one of {', '.join(LAYOUTS)})")
+    slots, at = [], 0
+    for s, n in zip(prefix_lens, pages_per_req):
+        pages = order[at: at + n]
+        at += n
+        tok = (pages[:, None] * P + torch.arange(P)[None, :]).flatten()[:s]
+        slots.append(tok)
+    return total_pages * P, slots
+
+
+@dataclass
+class VerifyCase:
+    """One TARGET_VERIFY call's inputs, exactly as SGLang's Triton backend passes them."""
+    q: torch.Tensor            # [N, H, 576]
+    kv_cache: torch.Tensor     # [num_slots, 1, 576], NaN where no prefix token lives
+    kv_indptr: torch.Tensor    # [bs + 1] int32
+    kv_indices: torch.Tensor   # [sum S_b] int64
+    k_extend: torch.Tensor     # [N, 1, 576]
+    custom_mask: torch.Tensor | None  # flattened FULL_MASK, uint8
+    mask_indptr: torch.Tensor | None  # [bs + 1] int64
+    qo_indptr: torch.Tensor    # [bs + 1] int32
+    sm_scale: float
+    meta: dict = field(default_factory=dict)
+
+    def args(self) -> tuple:
+        """Positional arguments of verify_attention / verify_attention_reference."""
+        return (self.q, self.kv_cache, self.kv_indptr, self.kv_indices, self.k_extend,
+                self.custom_mask, self.mask_indptr, self.qo_indptr, self.sm_scale)
+
+
+def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", layout: str = "scattered",
+              page_size: int = 1, seed: int = 0, dtype=torch.bfloat16, device="cpu", slack: float = 0.5,
+              causal: bool = False) -> VerifyCase:
+    """Build a seeded, reproducible ragged verify batch.
+
+    prefix_lens / draft_lens: per-request S_b and T_b (lists of equal length).
+    causal=True passes custom_mask=None (SGLang's chain verify without a mask).
+    """
+    prefix_lens, draft_lens = [int(s) for s in prefix_lens], [int(t) for t in draft_lens]
+    if len(prefix_lens) != len(draft_lens) or not prefix_lens:
+        raise VerifyInputError(f"draft_lens: {len(draft_lens)} entries for {len(prefix_lens)} prefix lengths")
+    if page_size < 1:
+        raise VerifyInputError(f"page_size: must be >= 1, got {page_size}")
+    gen = torch.Generator().manual_seed(seed)
+    num_slots, slots = _pool_slots(layout, prefix_lens, page_size, gen, slack)
+    N = sum(draft_lens)
+    dgen = torch.Generator(device=device).manual_seed(seed + 1)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=dgen, device=device, dtype=torch.float32).to(dtype)
+
+    kv_cache = torch.full((num_slots, 1, HEAD_DIM), float("nan"), dtype=dtype, device=device)
+    kv_indices = torch.cat(slots).to(device) if slots else torch.empty(0, dtype=torch.long, device=device)
+    if kv_indices.numel():
+        kv_cache[kv_indices] = rnd(kv_indices.numel(), 1, HEAD_DIM)
+    q = rnd(N, heads, HEAD_DIM)
+    k_extend = rnd(N, 1, HEAD_DIM)
+    kv_indptr = torch.tensor([0] + prefix_lens, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
+    qo_indptr = torch.tensor([0] + draft_lens, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
+    trees, masks, sizes = [], [], [0]
+    for S, T in zip(prefix_lens, draft_lens):
+        parents = tree_parents("chain" if causal else tree, T, gen) if T else []
+        trees.append(parents)
+        if causal or T == 0:
+            sizes.append(T * (S + T))
+            continue
+        block = torch.ones(T, S + T, dtype=torch.uint8)
+        block[:, S:] = ancestor_mask(parents).to(torch.uint8)
+        masks.append(block.flatten())
+        sizes.append(T * (S + T))
+    custom_mask = mask_indptr = None
+    if not causal:
+        custom_mask = (torch.cat(masks) if masks else torch.empty(0, dtype=torch.uint8)).to(device)
+        mask_indptr = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(device)
+    meta = dict(prefix_lens=prefix_lens, draft_lens=draft_lens, heads=heads, tree="chain" if causal else tree,
+                layout=layout, page_size=page_size, seed=seed, parents=trees, causal=causal)
+    return VerifyCase(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr,
+                      SM_SCALE, meta)
+
+
+def random_case(seed: int, *, max_prefix: int = 300, max_draft: int = 24, max_batch: int = 4,
+                max_heads: int = 16, dtype=torch.bfloat16, device="cpu") -> VerifyCase:
+    """A random configuration across every generator and layout (for sweeps of many cases)."""
+    g = torch.Generator().manual_seed(10_000 + seed)
+
+    def pick(seq):
+        return seq[int(torch.randint(0, len(seq), (1,), generator=g))]
+
+    bs = int(torch.randint(1, max_batch + 1, (1,), generator=g))
+    prefix = [int(torch.randint(0, max_prefix + 1, (1,), generator=g)) for _ in range(bs)]
+    draft = [int(torch.randint(1, max_draft + 1, (1,), generator=g)) for _ in range(bs)]
+    heads = pick([h for h in (1, 2, 4, 8, 16, 32, 64, 128) if h <= max_heads])
+    return make_case(prefix, draft, heads, tree=pick(TREES), layout=pick(LAYOUTS), page_size=pick([1, 16, 64]),
+                     seed=seed, dtype=dtype, device=device, causal=pick([False] * 5 + [True]))

@@ -1,0 +1,60 @@
+"""The float64 oracle: MLA tree-verify attention on SGLang's TARGET_VERIFY tensors.
+
+Every number this project reports is checked against this function. It is written for
+clarity, not speed: per request it gathers the prefix rows through `kv_indices`, appends
+the draft rows from `k_extend`, and applies the tree mask to the draft block only
+(SGLang's `skip_prefix_custom_mask=True`: every draft token sees the whole prefix).
+"""
+from __future__ import annotations
+
+import torch
+
+from .checks import V_DIM, check_shapes, check_values
+
+
+def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask,
+                               mask_indptr, qo_indptr, sm_scale):
+    """Float64 MLA tree-verify attention.
+
+    Args (SGLang's names and layouts; bs requests, request b has S_b prefix tokens and
+    T_b draft tokens, N = sum T_b):
+      q:           [N, H, 576] float (absorbed: 512 latent + 64 rope)
+      kv_cache:    [num_slots, 1, 576] float, the MLA pool; V is the first 512 columns
+      kv_indptr:   [bs + 1] int32/int64, prefix offsets into kv_indices (S_b = diff)
+      kv_indices:  [>= kv_indptr[-1]] int32/int64, one pool slot per prefix token
+      k_extend:    [N, 1, 576] float, the draft tokens' own latent rows
+      custom_mask: [>= mask_indptr[-1]] bool/uint8, FULL_MASK layout: request b is a
+                   row-major [T_b, S_b + T_b] block at mask_indptr[b]; only its last T_b
+                   columns (the tree, ancestor-or-self) are read. None means causal
+                   (a chain: draft token i sees draft tokens 0..i).
+      mask_indptr: [bs + 1] int32/int64 (None when custom_mask is None)
+      qo_indptr:   [bs + 1] int32/int64, draft-token offsets (T_b = diff)
+      sm_scale:    float, softmax scale on q.k (SGLang's layer.scaling)
+    Returns:
+      o:   [N, H, 512] float64
+      lse: [N, H] float64, natural-log log-sum-exp of the scaled logits
+    Raises VerifyInputError naming the argument and value on malformed input.
+    """
+    check_shapes(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale)
+    check_values(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr)
+    kvp, qop = kv_indptr.tolist(), qo_indptr.tolist()
+    N, H, D = q.shape
+    o = torch.empty(N, H, V_DIM, dtype=torch.float64, device=q.device)
+    lse = torch.empty(N, H, dtype=torch.float64, device=q.device)
+    for b in range(len(qop) - 1):
+        q0, q1, k0, k1 = qop[b], qop[b + 1], kvp[b], kvp[b + 1]
+        T, S = q1 - q0, k1 - k0
+        if T == 0:
+            continue
+        keys = torch.cat([kv_cache[kv_indices[k0:k1].long(), 0], k_extend[q0:q1, 0]]).double()  # [S+T, 576]
+        logits = torch.einsum("thd,kd->thk", q[q0:q1].double(), keys) * sm_scale                # [T, H, S+T]
+        if custom_mask is not None:
+            m0 = int(mask_indptr[b])
+            tree = custom_mask[m0: m0 + T * (S + T)].view(T, S + T)[:, S:].bool()
+        else:
+            tree = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        allowed = torch.cat([torch.ones(T, S, dtype=torch.bool, device=q.device), tree], 1)
+        logits = logits.masked_fill(~allowed[:, None, :], float("-inf"))
+        lse[q0:q1] = torch.logsumexp(logits, -1)
+        o[q0:q1] = torch.softmax(logits, -1) @ keys[:, :V_DIM]
+    return o, lse
