@@ -1,0 +1,170 @@
+"""Build the CUDA sources once per source hash, check their resource usage, load them.
+
+The library is plain CUDA C with an extern "C" API (no torch headers), so the same build
+serves any installed torch: CI compiles it without a GPU, the GPU machine loads it next to
+whatever torch it has. One build holds machine code for every target architecture.
+
+    python -m kernel.build --all-archs --report     # what `make kernel-build` runs
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ARCHS = ("80", "86", "89", "90", "120")   # A100, A10/3090, L4/4090, H100/H200, RTX PRO 6000
+SMEM_LIMIT = 99 * 1024                    # sm_120's per-block limit, the tightest target
+CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = ("mla_verify.cu", "mma_ceiling.cu")
+FLAGS = ("-O3", "-std=c++17", "--use_fast_math", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")
+LIB = "libmla_verify.so"
+
+
+class BuildError(RuntimeError):
+    """nvcc is missing or the CUDA sources did not compile."""
+
+
+def find_nvcc() -> str:
+    for cand in (os.environ.get("NVCC"), shutil.which("nvcc"),
+                 os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    raise BuildError("nvcc not found: install the CUDA toolkit, put nvcc on PATH, or set NVCC / CUDA_HOME")
+
+
+def cache_root() -> Path:
+    env = os.environ.get("MLA_VERIFY_CACHE")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "build" / "kernel"
+
+
+def gencode(archs) -> list[str]:
+    out = []
+    for a in archs:
+        out += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+    newest = max(archs, key=int)
+    out += ["-gencode", f"arch=compute_{newest},code=compute_{newest}"]  # PTX for newer GPUs
+    return out
+
+
+def source_hash(archs, nvcc: str) -> str:
+    h = hashlib.sha256()
+    for name in SOURCES:
+        h.update(name.encode())
+        h.update((CSRC / name).read_bytes())
+    h.update(" ".join(FLAGS + tuple(gencode(archs))).encode())
+    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    h.update(ver.encode())
+    return h.hexdigest()[:16]
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas(log: str) -> list[dict]:
+    """Per (kernel, arch): registers, static smem, stack frame and spill bytes from -Xptxas -v."""
+    rows, cur = [], None
+    for line in log.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            name = m.group(1)
+            short = next((k for k in ("mla_verify_kernel", "mla_verify_combine", "mma_ceiling_kernel") if k in name), name)
+            cur = {"kernel": short, "arch": m.group(2)}
+            rows.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = _FRAME.search(line)
+        if m:
+            cur.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        m = _USED.search(line)
+        if m:
+            cur.update(registers=int(m.group(1)), smem_static=int(m.group(2) or 0))
+    return rows
+
+
+def build(archs=ARCHS, *, verbose: bool = False) -> Path:
+    """Compile (or reuse) the library for `archs`; returns the directory holding it."""
+    archs = tuple(str(a) for a in archs)
+    nvcc = find_nvcc()
+    out = cache_root() / f"{source_hash(archs, nvcc)}-sm{'_'.join(archs)}"
+    if (out / LIB).exists() and (out / "resources.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+    cmd = [nvcc, *FLAGS, *gencode(archs), *(str(CSRC / s) for s in SOURCES), "-o", str(tmp / LIB)]
+    if verbose:
+        print(" ".join(cmd), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BuildError(f"nvcc failed (exit {proc.returncode}) for archs {','.join(archs)}:\n{proc.stderr[-8000:]}")
+    (tmp / "ptxas.log").write_text(proc.stderr)
+    (tmp / "resources.json").write_text(json.dumps(parse_ptxas(proc.stderr), indent=1))
+    try:
+        tmp.rename(out)
+    except OSError:          # another process built the same hash first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def resources(lib_dir: Path) -> list[dict]:
+    return json.loads((Path(lib_dir) / "resources.json").read_text())
+
+
+_LIBS: dict[Path, ctypes.CDLL] = {}
+
+
+def load(archs=ARCHS) -> ctypes.CDLL:
+    """Build if needed and load the library with typed entry points (cached per process)."""
+    d = build(archs)
+    if d in _LIBS:
+        return _LIBS[d]
+    lib = ctypes.CDLL(str(d / LIB))
+    vp, i, ll, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
+    lib.mla_verify_launch.argtypes = [vp, vp, ll, vp, i, vp, i, vp, ll, vp, vp, i, vp, i, i, i, i, f, vp, vp,
+                                      vp, i, i, vp]
+    lib.mla_verify_launch.restype = i
+    lib.mla_verify_workspace_bytes.argtypes = [i, i]
+    lib.mla_verify_workspace_bytes.restype = ll
+    lib.mla_verify_grid.argtypes = [i, i, i, i]
+    lib.mla_verify_error_string.argtypes = [i]
+    lib.mla_verify_error_string.restype = ctypes.c_char_p
+    lib.mla_verify_num_sms.argtypes = [i]
+    lib.mma_ceiling_launch.argtypes = [vp, vp, i, i, i, vp]
+    lib.mma_ceiling_launch.restype = i
+    _LIBS[d] = lib
+    return lib
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--all-archs", action="store_true", help=f"build for sm_{', sm_'.join(ARCHS)} (default)")
+    ap.add_argument("--arch", action="append", help="build only this arch (repeatable), e.g. --arch 90")
+    ap.add_argument("--report", action="store_true", help="print registers, shared memory and spills per kernel")
+    a = ap.parse_args(argv)
+    archs = tuple(a.arch) if a.arch else ARCHS
+    try:
+        d = build(archs, verbose=True)
+    except BuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(d / LIB)
+    if a.report:
+        for r in resources(d):
+            print(f"  {r['kernel']:20s} {r['arch']:7s} regs {r.get('registers', '?'):>3}  "
+                  f"stack {r.get('stack', '?')}  spills {r.get('spill_stores', '?')}/{r.get('spill_loads', '?')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

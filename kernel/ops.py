@@ -1,0 +1,148 @@
+"""The CUDA verify kernel as a torch custom op: `verify_attention(...)`.
+
+Same signature as the oracle (`kernel.reference.verify_attention_reference`). The call
+never synchronises with the host and allocates nothing when `out` (and `lse_out`) are
+given: the split partials live in a `Workspace` sized once per device, so the call can be
+captured in a CUDA graph and replayed with new lengths, slots and trees.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from . import build
+from .checks import HEAD_DIM, V_DIM, VerifyInputError, check_shapes, check_values
+
+MAX_HEADS = 128
+DEFAULT_MAX_BS = 4096
+
+
+class Workspace:
+    """Device scratch for split partials: ~2 x SMs x 64 rows x 512 fp32 (35 MB on an H200).
+
+    Create it once per device, outside graph capture (`get_workspace` caches one).
+    """
+
+    def __init__(self, device, max_bs: int = DEFAULT_MAX_BS, target_ctas: int | None = None):
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise VerifyInputError(f"device: the workspace needs a CUDA device, got {device}")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.lib = build.load()
+        self.device = device
+        self.max_bs = int(max_bs)
+        # one resident CTA per SM (253 registers x 256 threads); the schedule fills one wave
+        self.target_ctas = int(target_ctas or torch.cuda.get_device_properties(device).multi_processor_count)
+        nbytes = self.lib.mla_verify_workspace_bytes(self.target_ctas, self.max_bs)
+        self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+_WORKSPACES: dict[torch.device, Workspace] = {}
+_LOCK = threading.Lock()
+
+
+def get_workspace(device) -> Workspace:
+    """The cached workspace of `device` (allocated on first use: call it before capture)."""
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    with _LOCK:
+        ws = _WORKSPACES.get(device)
+        if ws is None:
+            ws = _WORKSPACES[device] = Workspace(device)
+        return ws
+
+
+def _is64(t: torch.Tensor) -> int:
+    return int(t.dtype == torch.int64)
+
+
+@torch.library.custom_op("mla_verify::verify_attention", mutates_args=("o", "lse", "workspace"))
+def _verify_op(q: torch.Tensor, kv_cache: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor | None,
+               k_extend: torch.Tensor, custom_mask: torch.Tensor | None, mask_indptr: torch.Tensor | None,
+               qo_indptr: torch.Tensor, sm_scale: float, o: torch.Tensor, lse: torch.Tensor | None,
+               workspace: torch.Tensor, target_ctas: int, max_bs: int) -> None:
+    lib = build.load()
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    err = lib.mla_verify_launch(
+        q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0), kv_indptr.data_ptr(), _is64(kv_indptr),
+        kv_indices.data_ptr() if kv_indices is not None else None, _is64(kv_indices) if kv_indices is not None else 1,
+        k_extend.data_ptr(), k_extend.stride(0),
+        custom_mask.data_ptr() if custom_mask is not None else None,
+        mask_indptr.data_ptr() if mask_indptr is not None else None, _is64(mask_indptr) if mask_indptr is not None else 1,
+        qo_indptr.data_ptr(), _is64(qo_indptr), qo_indptr.shape[0] - 1, q.shape[0], q.shape[1], float(sm_scale),
+        o.data_ptr(), lse.data_ptr() if lse is not None else None, workspace.data_ptr(), target_ctas, max_bs, stream)
+    if err != 0:
+        raise RuntimeError(f"mla_verify launch failed: {lib.mla_verify_error_string(err).decode()} (cudaError {err})")
+
+
+@_verify_op.register_fake
+def _(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
+      workspace, target_ctas, max_bs):
+    return None
+
+
+def _check_layout(name: str, t: torch.Tensor, row_elems: int) -> None:
+    # 16-byte cp.async loads need unit stride along the head dim and 8-element-aligned rows
+    if t.stride(-1) != 1 or t.stride(0) % 8 or t.data_ptr() % 16:
+        raise VerifyInputError(f"{name}: rows must be 16-byte aligned with unit stride along the last dim "
+                               f"(strides {tuple(t.stride())})")
+    if t.dim() == 3 and t.shape[1] == 1:
+        return
+    if not t.is_contiguous():
+        raise VerifyInputError(f"{name}: must be contiguous (strides {tuple(t.stride())}, {row_elems} per row)")
+
+
+def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale,
+                     *, out=None, lse_out=None, workspace: Workspace | None = None, validate: bool = False):
+    """Paged bf16 MLA tree-verify attention on the GPU.
+
+    Args: exactly the oracle's (see `verify_attention_reference`), on one CUDA device:
+      q [N, H, 576] bf16 contiguous; kv_cache [num_slots, 1, 576] bf16 (V = first 512
+      columns); kv_indptr [bs + 1] int32/int64; kv_indices int32/int64 per-token slots, or
+      None for identity (request b's prefix is slots kv_indptr[b] ..); k_extend [N, 1, 576]
+      bf16; custom_mask uint8/bool FULL_MASK layout with mask_indptr [bs + 1], or None for a
+      causal chain; qo_indptr [bs + 1] int32/int64; sm_scale float. H <= 128.
+    Keyword args:
+      out:     [N, H, 512] bf16 to write (allocated when None)
+      lse_out: [N, H] fp32 natural-log LSE to write (allocated when None)
+      workspace: a Workspace on q's device (`get_workspace(q.device)` when None)
+      validate: also check index/mask values (reads them back: a host sync)
+    Returns (o, lse).
+    """
+    bs, H = check_shapes(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else kv_indptr, k_extend,
+                         custom_mask, mask_indptr, qo_indptr, sm_scale, float_dtypes=(torch.bfloat16,))
+    if q.device.type != "cuda":
+        raise VerifyInputError(f"q: is on {q.device}; the kernel runs on CUDA (kernel.reference runs anywhere)")
+    if H > MAX_HEADS:
+        raise VerifyInputError(f"q: {H} heads, the kernel supports at most {MAX_HEADS}")
+    _check_layout("q", q, HEAD_DIM)
+    _check_layout("kv_cache", kv_cache, HEAD_DIM)
+    _check_layout("k_extend", k_extend, HEAD_DIM)
+    if custom_mask is not None and custom_mask.dtype == torch.bool:
+        custom_mask = custom_mask.view(torch.uint8)
+    ws = workspace if workspace is not None else get_workspace(q.device)
+    if ws.device != q.device:
+        raise VerifyInputError(f"workspace: is on {ws.device} but q is on {q.device}")
+    if bs > ws.max_bs:
+        raise VerifyInputError(f"qo_indptr: batch of {bs} requests exceeds the workspace's max_bs {ws.max_bs}")
+    if validate:
+        check_values(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else
+                     torch.arange(int(kv_indptr[-1]), device=q.device), k_extend, custom_mask, mask_indptr, qo_indptr)
+    N = q.shape[0]
+    if out is None:
+        out = torch.empty(N, H, V_DIM, dtype=torch.bfloat16, device=q.device)
+    elif out.shape != (N, H, V_DIM) or out.dtype != torch.bfloat16 or not out.is_contiguous():
+        raise VerifyInputError(f"out: expected contiguous bf16 [{N}, {H}, {V_DIM}], got {out.dtype} "
+                               f"{tuple(out.shape)} strides {tuple(out.stride())}")
+    if lse_out is None:
+        lse_out = torch.empty(N, H, dtype=torch.float32, device=q.device)
+    elif lse_out.shape != (N, H) or lse_out.dtype != torch.float32 or not lse_out.is_contiguous():
+        raise VerifyInputError(f"lse_out: expected contiguous float32 [{N}, {H}], got {lse_out.dtype} "
+                               f"{tuple(lse_out.shape)}")
+    torch.ops.mla_verify.verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
+                                          qo_indptr, float(sm_scale), out, lse_out, ws.buffer, ws.target_ctas,
+                                          ws.max_bs)
+    return out, lse_out
