@@ -132,7 +132,7 @@ def load(archs=ARCHS) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(d / LIB))
     vp, i, ll, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
     lib.mla_verify_launch.argtypes = [vp, vp, ll, vp, i, vp, i, vp, ll, vp, vp, i, vp, i, i, i, i, f, vp, vp,
-                                      vp, i, i, vp]
+                                      vp, i, i, vp, i]
     lib.mla_verify_launch.restype = i
     lib.mla_verify_workspace_bytes.argtypes = [i, i]
     lib.mla_verify_workspace_bytes.restype = ll

@@ -67,14 +67,20 @@ def _events_ms(fn, reps: int) -> list[float]:
     return out
 
 
-def time_calls(fns: list, reps: int = 7) -> float:
-    """Median milliseconds per call. fns: closures over rotating input copies."""
+def time_calls(fns: list, reps: int = 7, graph: bool = True) -> float:
+    """Median milliseconds per call. fns: closures over rotating input copies.
+
+    graph=False for code that cannot be captured (host syncs): calls are timed one by one.
+    """
     fns[0]()                                   # warm-up (Triton compiles here)
     torch.cuda.synchronize()
     est = sorted(_events_ms(fns[0], 1))[0]
-    if est > 20.0:                             # slow: time calls one by one
-        n = 2 if est > 1000 else 3
-        return sorted(_events_ms(lambda: fns[1 % len(fns)](), n))[n // 2]
+    if est > 20.0 or not graph:                # slow or uncapturable: time calls one by one
+        n = 2 if est > 1000 else (3 if est > 20.0 else reps)
+        ms = []
+        for i in range(n):
+            ms += _events_ms(fns[(i + 1) % len(fns)], 1)
+        return sorted(ms)[n // 2]
     k = max(1, min(64, math.ceil(4.0 / max(est, 1e-3))))
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -107,8 +113,8 @@ def mma_ceiling(lib, sms: int) -> float:
         ops = torch.randint(0x3c00, 0x4000, (blocks * threads * words * 2,), dtype=torch.int32, device="cuda")
         ops = (ops[0::2] | (ops[1::2] << 16)).contiguous()            # pairs of bf16 in [0.5, 2)
         out = torch.empty(blocks * threads, device="cuda")
-        st = torch.cuda.current_stream().cuda_stream
-        t = time_calls([lambda: lib.mma_ceiling_launch(ops.data_ptr(), out.data_ptr(), iters, blocks, threads, st)])
+        t = time_calls([lambda: lib.mma_ceiling_launch(ops.data_ptr(), out.data_ptr(), iters, blocks, threads,
+                                                      torch.cuda.current_stream().cuda_stream)])
         flops = blocks * threads / 32 * iters * 8 * (2 * 16 * 8 * 16)
         best = max(best, flops / (t * 1e-3) / 1e12)
     return best
@@ -320,7 +326,7 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool) -> list[dict]:
             impls["torch_naive"] = [lambda c=c, o=o: naive_torch(c, o) for c, o in zip(copies, outs)]
         for name, fns in impls.items():
             try:
-                ms = time_calls(fns)
+                ms = time_calls(fns, graph=name != "torch_naive")
             except Exception as e:   # one impl failing must not lose the run
                 log(f"bench {cfg['sweep']} S={cfg['S']} T={T} H={H} {name}: FAILED {e!r}")
                 continue
@@ -334,6 +340,27 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool) -> list[dict]:
         del copies, outs, lses, impls, case
         torch.cuda.empty_cache()
     return rows
+
+
+def diagnostics(shapes=((185000, 8, 8), (185000, 1, 8), (185000, 32, 8), (16384, 8, 8))) -> list[dict]:
+    """Where the time goes: the kernel with stages left out (1: no math, 2: no KV loads,
+    4: no merge), timed like the benchmark. Differences place the cost without counters."""
+    from .ops import launch
+    out = []
+    for S, T, H in shapes:
+        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25)
+        ws = get_workspace("cuda")
+        o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
+        row = {"S": S, "T": T, "H": H}
+        for mode in (0, 1, 2, 4, 5, 6):
+            fn = lambda m=mode: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=m)
+            row[f"mode{mode}_us"] = time_calls([fn]) * 1e3
+        log(f"diag S={S} T={T} H={H}: " + " ".join(f"{k}={v:.1f}" for k, v in row.items() if k.startswith("mode")))
+        out.append(row)
+        del case
+        torch.cuda.empty_cache()
+    return out
 
 
 def _clone_case(case):
@@ -386,6 +413,7 @@ def main(argv=None) -> int:
         summary.append(f"validation: {v['n_cases']} cases, all_pass={v['all_pass']}, worst rel_err "
                        f"{v['worst']['rel_err']:.2e}, vs SGLang max {max((c['rel_err_vs_sglang'] for c in sg), default=float('nan')):.2e}"
                        f", graph replay pass={v.get('graph', {}).get('all_pass')}")
+    diag = diagnostics() if "diag" in stages else None
     if "bench" in stages:
         log("ceilings ...")
         gbps = read_ceiling()
@@ -393,7 +421,7 @@ def main(argv=None) -> int:
         log(f"read ceiling {gbps:.0f} GB/s, mma.sync bf16 ceiling {tfl:.0f} TFLOP/s")
         rows = bench(sgl, gbps, tfl, a.quick)
         b = dict(info, kind="bench", quick=a.quick, ceilings={"read_GBps": gbps, "mma_TFLOPs": tfl},
-                 resources=res, rows=rows)
+                 resources=res, rows=rows, diagnostics=diag)
         (out / f"bench-{tag}-{stamp}.json").write_text(json.dumps(b, indent=1))
         for r in rows:
             if r["impl"] == "flash" or (r["sweep"] == "S" and r["S"] == 185000):

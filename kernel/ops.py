@@ -59,11 +59,9 @@ def _is64(t: torch.Tensor) -> int:
     return int(t.dtype == torch.int64)
 
 
-@torch.library.custom_op("mla_verify::verify_attention", mutates_args=("o", "lse", "workspace"))
-def _verify_op(q: torch.Tensor, kv_cache: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor | None,
-               k_extend: torch.Tensor, custom_mask: torch.Tensor | None, mask_indptr: torch.Tensor | None,
-               qo_indptr: torch.Tensor, sm_scale: float, o: torch.Tensor, lse: torch.Tensor | None,
-               workspace: torch.Tensor, target_ctas: int, max_bs: int) -> None:
+def launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
+           workspace: torch.Tensor, target_ctas: int, max_bs: int, mode: int = 0) -> None:
+    """Enqueue the kernel and the merge on the current stream (no checks: callers check)."""
     lib = build.load()
     stream = torch.cuda.current_stream(q.device).cuda_stream
     err = lib.mla_verify_launch(
@@ -73,9 +71,19 @@ def _verify_op(q: torch.Tensor, kv_cache: torch.Tensor, kv_indptr: torch.Tensor,
         custom_mask.data_ptr() if custom_mask is not None else None,
         mask_indptr.data_ptr() if mask_indptr is not None else None, _is64(mask_indptr) if mask_indptr is not None else 1,
         qo_indptr.data_ptr(), _is64(qo_indptr), qo_indptr.shape[0] - 1, q.shape[0], q.shape[1], float(sm_scale),
-        o.data_ptr(), lse.data_ptr() if lse is not None else None, workspace.data_ptr(), target_ctas, max_bs, stream)
+        o.data_ptr(), lse.data_ptr() if lse is not None else None, workspace.data_ptr(), target_ctas, max_bs, stream,
+        mode)
     if err != 0:
         raise RuntimeError(f"mla_verify launch failed: {lib.mla_verify_error_string(err).decode()} (cudaError {err})")
+
+
+@torch.library.custom_op("mla_verify::verify_attention", mutates_args=("o", "lse", "workspace"))
+def _verify_op(q: torch.Tensor, kv_cache: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor | None,
+               k_extend: torch.Tensor, custom_mask: torch.Tensor | None, mask_indptr: torch.Tensor | None,
+               qo_indptr: torch.Tensor, sm_scale: float, o: torch.Tensor, lse: torch.Tensor | None,
+               workspace: torch.Tensor, target_ctas: int, max_bs: int) -> None:
+    launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
+           workspace, target_ctas, max_bs)
 
 
 @_verify_op.register_fake
