@@ -413,6 +413,12 @@ def main(argv=None) -> int:
         summary.append(f"validation: {v['n_cases']} cases, all_pass={v['all_pass']}, worst rel_err "
                        f"{v['worst']['rel_err']:.2e}, vs SGLang max {max((c['rel_err_vs_sglang'] for c in sg), default=float('nan')):.2e}"
                        f", graph replay pass={v.get('graph', {}).get('all_pass')}")
+    if "once" in stages:   # a single centre-point call, for a profiler to attach to
+        c = make_case([185000], [8], 8, tree="ddtree", layout="scattered", seed=77, device="cuda")
+        for _ in range(3):
+            verify_attention(*c.args())
+        torch.cuda.synchronize()
+        log("once: done")
     diag = diagnostics() if "diag" in stages else None
     if "bench" in stages:
         log("ceilings ...")
