@@ -142,7 +142,7 @@ struct Item {
 // Splits: chunk = max(MIN_CHUNK, ceil(sum_b nrt_b * L_b / target)) tokens rounded to BN,
 // ns_b = ceil(L_b / chunk); items are ordered (request, split, row tile) so that the row
 // tiles reading the same KV range run side by side and share it through L2.
-__device__ bool plan_item(const Params& p, int* smem_i, Item& it) {   // `it` lives in shared memory
+__device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   const int tid = threadIdx.x;
   int* scratch = smem_i;                       // [NWARPS]
   long long* red = reinterpret_cast<long long*>(smem_i + 16);  // [NWARPS]
@@ -219,21 +219,18 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {   // `it` li
   }
   __syncthreads();
   if (found[0] < 0) return false;
-  if (tid == 0) {
-    it.b = found[0]; it.rt = found[1]; it.split = found[2]; it.ns = found[3]; it.nrt = found[4];
-    it.p0 = found[5]; it.p1 = found[6]; it.S = found[7]; it.T = found[8]; it.qo0 = found[9];
-    it.part_slot = found[10];
-    it.kv0 = reinterpret_cast<long long*>(found + 12)[0];
-    it.m0 = reinterpret_cast<long long*>(found + 12)[1];
-  }
+  it.b = found[0]; it.rt = found[1]; it.split = found[2]; it.ns = found[3]; it.nrt = found[4];
+  it.p0 = found[5]; it.p1 = found[6]; it.S = found[7]; it.T = found[8]; it.qo0 = found[9];
+  it.part_slot = found[10];
+  it.kv0 = reinterpret_cast<long long*>(found + 12)[0];
+  it.m0 = reinterpret_cast<long long*>(found + 12)[1];
   __syncthreads();   // the planning scratch is reused as the Q staging buffer next
-  return found[10] < p.part_cap;
+  return it.part_slot < p.part_cap;
 }
 
 __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
-  // the work item stays in shared memory: every register goes to Q and O
-  __shared__ Item it;
+  Item it;
   if (!plan_item(p, reinterpret_cast<int*>(smem), it)) return;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -272,19 +269,18 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
   // ---- KV producer: thread -> token tid/16 of the tile, chunks (tid%16) + 16 i
   const int ld_tok = tid >> 4, ld_lane = tid & 15;
   const int n_tiles = (it.p1 - it.p0 + BN - 1) / BN;
-  // slots fit in 32 bits (the wrapper checks the pool size); loaded two tiles ahead
-  auto slot_of = [&](int tile) -> int {
+  auto slot_of = [&](int tile) -> long long {
     int pos = it.p0 + tile * BN + ld_tok;
     if (pos >= it.p1 || pos >= it.S) return -1;
-    return (int)(p.kv_indices ? ld_index(p.kv_indices, p.kv_indices_64, it.kv0 + pos) : it.kv0 + pos);
+    return p.kv_indices ? ld_index(p.kv_indices, p.kv_indices_64, it.kv0 + pos) : it.kv0 + pos;
   };
-  auto load_tile = [&](int tile, int stage, int slot) {
+  auto load_tile = [&](int tile, int stage, long long slot) {
     int pos = it.p0 + tile * BN + ld_tok;
     const __nv_bfloat16* src = p.kv;
     int bytes = 0;
     if (pos < it.p1) {
       bytes = 16;
-      src = pos < it.S ? p.kv + (long long)slot * p.kv_stride : p.kext + (long long)(it.qo0 + pos - it.S) * p.ext_stride;
+      src = pos < it.S ? p.kv + slot * p.kv_stride : p.kext + (long long)(it.qo0 + pos - it.S) * p.ext_stride;
     }
     __nv_bfloat16* dst = kvs + stage * (BN * D);
 #pragma unroll
@@ -299,7 +295,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
     if (st < n_tiles) load_tile(st, st, slot_of(st));
     cp_async_commit();
   }
-  int slot_a = slot_of(STAGES - 1), slot_b = slot_of(STAGES);
+  long long next_slot = slot_of(STAGES - 1);
 
   float acc[ONT][4];
 #pragma unroll
@@ -313,18 +309,15 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
     __syncthreads();
     {
       int jn = j + STAGES - 1;
-      if (jn < n_tiles && !(p.mode & 2)) load_tile(jn, jn % STAGES, slot_a);
+      if (jn < n_tiles && !(p.mode & 2)) load_tile(jn, jn % STAGES, next_slot);
       cp_async_commit();
-      slot_a = slot_b;
-      slot_b = slot_of(jn + 2);
+      next_slot = slot_of(jn + 1);
     }
     const __nv_bfloat16* tile = kvs + (j % STAGES) * (BN * D);
     if (p.mode & 1) continue;
 
-    // partial S = Q[rows, my dims] K[tokens, my dims]^T; even and odd k-steps accumulate
-    // separately so four MMA chains are in flight
+    // partial S = Q[rows, my dims] K[tokens, my dims]^T
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
       int dchunk = kk < 16 ? (c * 256 + kk * 16) / 8 : (512 + c * 32 + (kk - 16) * 16) / 8;
@@ -332,13 +325,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
       int ch = dchunk + ((lane >> 3) & 1);
       uint32_t b0, b1, b2, b3;
       ldsm_x4(smem_u32(tile + swz(tok, ch) * 8), b0, b1, b2, b3);
-      mma16816((kk & 1) ? s2[0] : s[0], qf[kk], b0, b1);
-      mma16816((kk & 1) ? s2[1] : s[1], qf[kk], b2, b3);
+      mma16816(s[0], qf[kk], b0, b1);
+      mma16816(s[1], qf[kk], b2, b3);
     }
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] += s2[n][e];
 
     // swap partials with the other half (same fragment layout, so lane-for-lane)
     {
