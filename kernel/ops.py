@@ -122,13 +122,25 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
     """
     bs, H = check_shapes(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else kv_indptr, k_extend,
                          custom_mask, mask_indptr, qo_indptr, sm_scale, float_dtypes=(torch.bfloat16,))
-    if q.device.type != "cuda":
-        raise VerifyInputError(f"q: is on {q.device}; the kernel runs on CUDA (kernel.reference runs anywhere)")
+    N = q.shape[0]
     if H > MAX_HEADS:
         raise VerifyInputError(f"q: {H} heads, the kernel supports at most {MAX_HEADS}")
     _check_layout("q", q, HEAD_DIM)
     _check_layout("kv_cache", kv_cache, HEAD_DIM)
     _check_layout("k_extend", k_extend, HEAD_DIM)
+    if kv_cache.shape[0] >= 2 ** 31:
+        raise VerifyInputError(f"kv_cache: {kv_cache.shape[0]} slots; slot ids must fit in 31 bits")
+    if out is not None and (out.shape != (N, H, V_DIM) or out.dtype != torch.bfloat16 or not out.is_contiguous()):
+        raise VerifyInputError(f"out: expected contiguous bf16 [{N}, {H}, {V_DIM}], got {out.dtype} "
+                               f"{tuple(out.shape)} strides {tuple(out.stride())}")
+    if lse_out is not None and (lse_out.shape != (N, H) or lse_out.dtype != torch.float32
+                                or not lse_out.is_contiguous()):
+        raise VerifyInputError(f"lse_out: expected contiguous float32 [{N}, {H}], got {lse_out.dtype} "
+                               f"{tuple(lse_out.shape)}")
+    for name, t in (("q", q), ("out", out), ("lse_out", lse_out)):
+        if t is not None and t.device.type != "cuda":
+            raise VerifyInputError(f"{name}: is on {t.device}; the kernel runs on CUDA "
+                                   "(kernel.reference.verify_attention_reference runs anywhere)")
     if custom_mask is not None and custom_mask.dtype == torch.bool:
         custom_mask = custom_mask.view(torch.uint8)
     ws = workspace if workspace is not None else get_workspace(q.device)
@@ -139,17 +151,10 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
     if validate:
         check_values(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else
                      torch.arange(int(kv_indptr[-1]), device=q.device), k_extend, custom_mask, mask_indptr, qo_indptr)
-    N = q.shape[0]
     if out is None:
         out = torch.empty(N, H, V_DIM, dtype=torch.bfloat16, device=q.device)
-    elif out.shape != (N, H, V_DIM) or out.dtype != torch.bfloat16 or not out.is_contiguous():
-        raise VerifyInputError(f"out: expected contiguous bf16 [{N}, {H}, {V_DIM}], got {out.dtype} "
-                               f"{tuple(out.shape)} strides {tuple(out.stride())}")
     if lse_out is None:
         lse_out = torch.empty(N, H, dtype=torch.float32, device=q.device)
-    elif lse_out.shape != (N, H) or lse_out.dtype != torch.float32 or not lse_out.is_contiguous():
-        raise VerifyInputError(f"lse_out: expected contiguous float32 [{N}, {H}], got {lse_out.dtype} "
-                               f"{tuple(lse_out.shape)}")
     torch.ops.mla_verify.verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
                                           qo_indptr, float(sm_scale), out, lse_out, ws.buffer, ws.target_ctas,
                                           ws.max_bs)

@@ -1,0 +1,54 @@
+"""The CUDA wrapper on a machine without a GPU: its checks, its errors, its registration."""
+import pytest
+import torch
+
+from kernel.checks import VerifyInputError
+from kernel.inputs import make_case
+from kernel.ops import MAX_HEADS, Workspace, verify_attention
+
+
+@pytest.fixture
+def case():
+    return make_case([10, 3], [4, 2], 2, seed=0)          # bf16, on the CPU
+
+
+def test_registered_as_a_torch_custom_op():
+    assert hasattr(torch.ops.mla_verify, "verify_attention")
+
+
+def test_cpu_tensors_are_refused_by_name(case):
+    with pytest.raises(VerifyInputError, match=r"q: is on cpu; the kernel runs on CUDA"):
+        verify_attention(*case.args())
+
+
+def test_only_bf16(case):
+    with pytest.raises(VerifyInputError, match=r"q: dtype float32 not supported \(expected one of bfloat16\)"):
+        verify_attention(case.q.float(), *case.args()[1:])
+
+
+def test_too_many_heads():
+    c = make_case([4], [1], MAX_HEADS + 1, seed=1)
+    with pytest.raises(VerifyInputError, match=rf"q: {MAX_HEADS + 1} heads, the kernel supports at most {MAX_HEADS}"):
+        verify_attention(*c.args())
+
+
+def test_out_shape_checked(case):
+    bad = torch.empty(6, 2, 256, dtype=torch.bfloat16)
+    with pytest.raises(VerifyInputError, match=r"out: expected contiguous bf16 \[6, 2, 512\]"):
+        verify_attention(*case.args(), out=bad)
+
+
+def test_lse_dtype_checked(case):
+    with pytest.raises(VerifyInputError, match=r"lse_out: expected contiguous float32 \[6, 2\]"):
+        verify_attention(*case.args(), lse_out=torch.empty(6, 2, dtype=torch.bfloat16))
+
+
+def test_non_contiguous_q(case):
+    q = case.q.transpose(0, 1).contiguous().transpose(0, 1)
+    with pytest.raises(VerifyInputError, match=r"q: must be contiguous"):
+        verify_attention(q, *case.args()[1:])
+
+
+def test_workspace_needs_cuda():
+    with pytest.raises(VerifyInputError, match=r"device: the workspace needs a CUDA device, got cpu"):
+        Workspace("cpu")
