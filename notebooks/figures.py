@@ -13,7 +13,9 @@ import seaborn as sns
 
 from .data import IMPL_LABELS
 
-PALETTE = {label: c for label, c in zip(IMPL_LABELS.values(), sns.color_palette("colorblind"))}
+_CB = sns.color_palette("colorblind")
+# Fixed colours per impl across every figure: ours blue, baseline orange, split-KV green, naive purple.
+PALETTE = {label: _CB[i] for label, i in zip(IMPL_LABELS.values(), (0, 1, 2, 4))}
 
 
 def setup(dpi: int = 110) -> None:
@@ -59,7 +61,7 @@ def time_vs_s(df: pd.DataFrame, title: str) -> plt.Figure:
 
 def roofline(df: pd.DataFrame, read_gbps: float, mma_tflops: float, title: str) -> plt.Figure:
     """Achieved TFLOP/s against arithmetic intensity for every row, under both ceilings."""
-    fig, ax = plt.subplots(figsize=(8.5, 5.5))
+    fig, ax = plt.subplots(figsize=(10.5, 5.5))
     lo, hi = df["intensity"].min() / 2, df["intensity"].max() * 2
     x = np.geomspace(lo, hi, 200)
     ax.plot(x, np.minimum(read_gbps * x / 1e3, mma_tflops), "k-", lw=1.5,
@@ -69,7 +71,8 @@ def roofline(df: pd.DataFrame, read_gbps: float, mma_tflops: float, title: str) 
     ax.set(xscale="log", yscale="log", title=title,
            xlabel="arithmetic intensity, FLOP per byte of KV read (log scale)",
            ylabel="achieved throughput, TFLOP/s (log scale)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
     return fig
 
 
@@ -96,6 +99,10 @@ def time_vs(df: pd.DataFrame, x: str, xlabel: str, title: str, hue: str = "label
     ax.set(xscale="log" if _spans_decades(df[x], 1.0) else "linear",
            yscale="log" if _spans_decades(df["time_us"]) else "linear", title=title,
            xlabel=xlabel, ylabel="time per layer, us")
+    ticks = sorted(df[x].unique())
+    if len(ticks) <= 8:  # label the measured values themselves (page sizes, T, H, batch)
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
     ax.legend(title=None, fontsize=9)
     return fig
 
@@ -104,10 +111,12 @@ def step_time_vs_s(df: pd.DataFrame, title: str) -> plt.Figure:
     """SGLang-integration: attention time of one verify step (all layers) per arm, against S."""
     long = df.melt(id_vars=["S", "tree"], value_vars=["triton_ms_per_step", "plugin_ms_per_step"],
                    var_name="arm", value_name="ms")
-    long["arm"] = long["arm"].map({"triton_ms_per_step": "control: SGLang triton backend",
-                                   "plugin_ms_per_step": "candidate: our kernel via plugin"})
+    arms = {"triton_ms_per_step": "control: SGLang triton backend",
+            "plugin_ms_per_step": "candidate: our kernel via plugin"}
+    long["arm"] = long["arm"].map(arms)
+    pal = dict(zip(arms.values(), (_CB[1], _CB[0])))  # baseline orange, ours blue, as elsewhere
     fig, ax = plt.subplots()
-    sns.lineplot(long, x="S", y="ms", hue="arm", style="tree", marker="o", ax=ax)
+    sns.lineplot(long, x="S", y="ms", hue="arm", style="tree", marker="o", palette=pal, ax=ax)
     ax.set(xscale="log", yscale="log" if _spans_decades(long["ms"]) else "linear", title=title,
            xlabel="prefix tokens S (log scale)",
            ylabel="attention time per verify step, ms\n(all layers, inside SGLang)")
@@ -128,3 +137,24 @@ def table(df: pd.DataFrame, fmt: dict | None = None, caption: str = ""):
     """A frame as a report table: no index column, numbers formatted per column."""
     sty = df.style.hide(axis="index").format(fmt or {}, na_rep="n/a")
     return sty.set_caption(caption) if caption else sty
+
+
+def show(fig: plt.Figure) -> None:
+    """Display now and close, so figures appear where the cell puts them, once."""
+    from IPython.display import display
+
+    display(fig)
+    plt.close(fig)
+
+
+def speedup_table(sp: pd.DataFrame, key: str, caption: str):
+    """data.speedups() output as a report table: times in us and 'their time / ours' ratios."""
+    cols = {key: key, "ours_us": "ours, us"}
+    fmt = {key: "{:,}", "ours, us": "{:,.1f}"}
+    for c in sp.columns:
+        if c.startswith("x_over_"):
+            name = IMPL_LABELS.get(c.removeprefix("x_over_"), c)
+            cols[c.removeprefix("x_over_") + "_us"] = f"{name}, us"
+            cols[c] = f"speed-up over {name}"
+            fmt[f"{name}, us"], fmt[f"speed-up over {name}"] = "{:,.1f}", "{:,.1f}x"
+    return table(sp[list(cols)].rename(columns=cols), fmt, caption)
