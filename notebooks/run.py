@@ -167,15 +167,15 @@ def has_cuda_gpu() -> bool:
         return False
 
 
-def measure(data_dir: Path) -> None:
-    """Run the lead's GPU script into data_dir and check it wrote newer bench data."""
+def measure(data_dir: Path, cmd: list[str] | None = None) -> None:
+    """Run the lead's GPU script (or cmd) into data_dir; check it wrote newer bench data."""
     start = datetime.now(timezone.utc)
-    cmd = [sys.executable, "-m", "kernel.gpu_run", "--out", str(data_dir)]
+    cmd = cmd or [sys.executable, "-m", "kernel.gpu_run", "--out", str(data_dir)]
     print(f"[measure] CUDA GPU found: {' '.join(cmd)}", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if subprocess.run(cmd, cwd=ROOT, env=env).returncode != 0:
         raise RunError(f"measure: `{' '.join(cmd)}` failed; no report rendered from stale data")
-    fresh = data.newest(data_dir, "bench")["_date"]
+    fresh = data.newest(data_dir, "bench", allow_fixture=True)["_date"]
     if fresh < start.replace(microsecond=0):
         raise RunError(f"measure: kernel.gpu_run wrote no new bench file into {data_dir} "
                        f"(newest is dated {fresh.isoformat()})")
