@@ -23,8 +23,8 @@
 smoke = False  # True: CI run on generated fixture data
 data_dir = "reports/data"  # measurements the emulator's speed model reads
 record_path = ""  # set by the runner: where this notebook writes its index record
-candidate_url = ""  # canary endpoint (MLA_VERIFY_BACKEND=flash); "" starts a local emulator
-control_url = ""  # control endpoint (MLA_VERIFY_BACKEND=triton); "" starts a local emulator
+candidate_url = ""  # canary endpoint (backend flash); empty: start an emulator
+control_url = ""  # control endpoint (backend triton); empty: start an emulator
 context_tokens = 185000  # prompt length of every A/B request, tokens
 rounds = 5  # A/B rounds per arm
 max_new_tokens = 32  # decoded tokens per request

@@ -59,15 +59,16 @@ def to_ipynb(src: Path, build_dir: Path) -> Path:
     return out
 
 
-def check_literal_parameters(ipynb: Path) -> None:
+def check_literal_parameters(ipynb: Path) -> set[str]:
     """The 'parameters' cell must hold plain literal assignments: papermill never recomputes
-    derived values there, so `b = a * 2` would silently keep its default."""
+    derived values there, so `b = a * 2` would silently keep its default. Returns the names."""
     import nbformat
 
     nb = nbformat.read(ipynb, as_version=4)
     cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     if not cells:
         raise RunError(f"{ipynb.stem}: no cell tagged 'parameters'")
+    names: set[str] = set()
     for node in ast.parse(cells[0].source).body:
         target = getattr(node, "targets", [getattr(node, "target", None)])
         ok = (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
@@ -80,13 +81,23 @@ def check_literal_parameters(ipynb: Path) -> None:
         if not ok:
             raise RunError(f"{ipynb.stem}: parameters cell line {node.lineno} is not "
                            f"`name = literal`: {ast.unparse(node)!r}")
+        names.update(t.id for t in target)
+    return names
 
 
-def check_parameters(ipynb: Path, params: dict) -> dict:
-    """Every passed name must be declared in the notebook's parameters cell; returns them."""
+def check_parameters(ipynb: Path, params: dict, names: set[str]) -> dict:
+    """Every passed name must be declared in the notebook's parameters cell; returns them.
+
+    names: the cell's assignments as Python parses them; papermill's own parser skips lines
+    it cannot read (e.g. a comment holding '='), which would make a parameter unsettable.
+    """
     import papermill
 
     declared = papermill.inspect_notebook(str(ipynb))
+    unseen = sorted(names - set(declared))
+    if unseen:
+        raise RunError(f"{ipynb.stem}: papermill cannot parse the parameters line(s) of "
+                       f"{', '.join(map(repr, unseen))}: it skips a line whose comment holds '='")
     unknown = sorted(set(params) - set(declared))
     if unknown:
         raise RunError(f"{ipynb.stem}: unknown parameter(s) {', '.join(map(repr, unknown))}; "
@@ -99,8 +110,9 @@ def execute(ipynb: Path, out: Path, params: dict, timeout: float, progress: bool
     naming the cell index, the exception and the partially executed notebook."""
     import papermill
 
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # The kernel inherits our environment; ROOT first so `import notebooks` finds this checkout.
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([saved] if saved else []))
     try:
         papermill.execute_notebook(str(ipynb), str(out), parameters=params, kernel_name="python3",
                                    cwd=str(ROOT), progress_bar=progress, start_timeout=120,
@@ -109,6 +121,11 @@ def execute(ipynb: Path, out: Path, params: dict, timeout: float, progress: bool
         raise RunError(f"{ipynb.stem}: cell {e.cell_index} (execution count {e.exec_count}) "
                        f"raised {e.ename}: {e.evalue}\n  partially executed notebook: {out}"
                        ) from None
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def render(executed: Path, html_path: Path, record: dict) -> None:
@@ -133,8 +150,7 @@ def run_notebook(src: Path, params: dict, *, reports_dir: Path, build_dir: Path,
                  timeout: float = 1800, progress: bool = True) -> Path:
     """One notebook end to end; returns the HTML path. Raises RunError on any failure."""
     ipynb = to_ipynb(src, build_dir)
-    check_literal_parameters(ipynb)
-    declared = check_parameters(ipynb, params)
+    declared = check_parameters(ipynb, params, check_literal_parameters(ipynb))
     params = dict(params)
     record_path = build_dir / f"{src.stem}.record.json"
     record_path.unlink(missing_ok=True)

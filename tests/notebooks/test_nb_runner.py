@@ -115,3 +115,19 @@ def test_gpu_machine_measures_first_and_says_so(tmp_path, monkeypatch, capsys):
     assert rec["measured_now"] is True and rec["sources"][0]["commit"] == "freshly-measured"
     date = datetime.fromisoformat(rec["sources"][0]["date"])
     assert (datetime.now(timezone.utc) - date).total_seconds() < 600
+
+
+@pytest.mark.parametrize("name", list(run.NEEDS))
+def test_committed_notebooks_declare_smoke_and_data_dir_as_literals(tmp_path, name):
+    ipynb = run.to_ipynb(run.NB_DIR / f"{name}.py", tmp_path)
+    names = run.check_literal_parameters(ipynb)
+    declared = run.check_parameters(ipynb, {}, names)
+    assert {"smoke", "data_dir", "record_path"} <= set(declared)
+    assert declared["smoke"]["default"] == "False"
+
+
+def test_parameter_papermill_cannot_parse_is_refused(tmp_path, cli, capsys):
+    src = tmp_path / "quoted.py"
+    src.write_text('# %% tags=["parameters"]\nurl = ""  # none means url=None\n\n# %%\nprint(url)\n')
+    assert cli(tmp_path, str(src)) == 1
+    assert "papermill cannot parse the parameters line(s) of 'url'" in capsys.readouterr().err
