@@ -68,10 +68,12 @@ def newest(data_dir: str | Path, kind: str, *, allow_fixture: bool = False) -> d
     Test fixtures carry "fixture": true; only smoke runs may show them, so a report can never
     present generated numbers as measurements.
     """
-    docs = [d for d in load_all(data_dir) if d["kind"] == kind]
+    exists = Path(data_dir).is_dir()
+    docs = [d for d in load_all(data_dir) if d["kind"] == kind] if exists else []
     if not docs:
         raise MeasurementError(
-            f"no measurement of kind {kind!r} in {str(data_dir)!r}: run `make phase2` on a CUDA "
+            f"no measurement of kind {kind!r} in {str(data_dir)!r}"
+            f"{'' if exists else ' (the directory does not exist)'}: run `make phase2` on a CUDA "
             f"machine (it runs `python -m kernel.gpu_run --out reports/data`) or copy its JSON there")
     doc = max(docs, key=lambda d: d["_date"])
     if doc.get("fixture") and not allow_fixture:

@@ -189,6 +189,7 @@ def measure(data_dir: Path, cmd: list[str] | None = None) -> None:
     cmd = cmd or [sys.executable, "-m", "kernel.gpu_run", "--out", str(data_dir)]
     print(f"[measure] CUDA GPU found: {' '.join(cmd)}", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
     if subprocess.run(cmd, cwd=ROOT, env=env).returncode != 0:
         raise RunError(f"measure: `{' '.join(cmd)}` failed; no report rendered from stale data")
     fresh = data.newest(data_dir, "bench", allow_fixture=True)["_date"]

@@ -110,3 +110,9 @@ def test_integration_speedup_is_triton_over_plugin(fixture_dir):
                                             allow_fixture=True))
     assert isinstance(it, pd.DataFrame) and len(it) == 6
     assert (it["speedup"] == it["triton_ms_per_step"] / it["plugin_ms_per_step"]).all()
+
+
+def test_missing_data_dir_reads_as_no_measurement(tmp_path):
+    with pytest.raises(data.MeasurementError,
+                       match=r"no measurement of kind 'bench' in .*\(the directory does not exist\)"):
+        data.newest(tmp_path / "reports" / "data", "bench")
