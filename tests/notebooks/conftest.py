@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `import notebooks` under bare pytest
 from nb_fixtures import write_fixture_data  # noqa: E402
 
 from notebooks import run  # noqa: E402
