@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # Phase 3: canary A/B at 185k tokens of context
+# # Phase 3: canary A/B at long context (185k tokens by default)
 #
 # Before the new kernel goes to every GPU group, one group (the canary) restarts with
 # `MLA_VERIFY_BACKEND=flash` and is compared with a group still on SGLang's Triton backend
@@ -62,6 +62,8 @@ if emulated:
 else:
     display(Markdown(f"**Live endpoints.** Candidate (canary, `flash`): `{candidate_url}`; "
                      f"control (`triton`): `{control_url}`."))
+display(Markdown(f"Every A/B request carries **{context_tokens:,} tokens of context** and decodes "
+                 f"{max_new_tokens} tokens; {rounds} rounds per arm; seed {seed}."))
 
 # %%
 #papermill_description=canary_ab

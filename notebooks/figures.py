@@ -129,7 +129,9 @@ def tokens_per_s(per_round: pd.DataFrame, title: str) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     sns.boxplot(per_round, x="arm", y="tokens_per_s", color="0.9", width=0.45, ax=ax)
     sns.stripplot(per_round, x="arm", y="tokens_per_s", hue="arm", size=7, ax=ax, legend=False)
-    ax.set(title=title, xlabel="", ylabel="decode speed, tokens/s (one point per round)")
+    log = _spans_decades(per_round["tokens_per_s"], 1.0)
+    ax.set(title=title, xlabel="", yscale="log" if log else "linear",
+           ylabel="decode speed, tokens/s" + (" (log scale)" if log else ""))
     return fig
 
 

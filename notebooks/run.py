@@ -36,7 +36,8 @@ NEEDS = {
     "03_canary_ab": ("bench", "sglang-integration"),  # only when it starts emulators
 }
 PHASES = {f"phase{i}": name for i, name in enumerate(NEEDS)}
-MEASURED = ("bench", "validation", "sglang-integration")  # what kernel.gpu_run writes
+# Reports that show kernel.gpu_run's numbers, and so say "measured anew" after it ran.
+SHOWS_MEASUREMENTS = ("00_baseline", "01_flash_decode", "02_paged_bf16")
 META = "mla-verify-report"
 
 
@@ -241,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print("[measure] no CUDA GPU on this machine: rendering from the newest recorded "
                       f"measurements in {data_dir}", file=sys.stderr)
-        for i, src in enumerate(srcs, 1):
+        plan = []  # every check before the first kernel starts: fail fast, render nothing
+        for src in srcs:
             p = dict(params)
             if "data_dir" in p or src.stem in NEEDS:  # absolute: the kernel runs in ROOT
                 p["data_dir"] = str(data_dir)
@@ -250,12 +252,14 @@ def main(argv: list[str] | None = None) -> int:
                 needs = ()
             for kind in needs:
                 data.newest(data_dir, kind, allow_fixture=bool(p.get("smoke", False)))
-            if measured and set(needs) & set(MEASURED) and src.stem != "03_canary_ab":
+            if measured and src.stem in SHOWS_MEASUREMENTS:
                 p["measured_now"] = True
-            print(f"[{i}/{len(srcs)}] {src.stem}", file=sys.stderr, flush=True)
+            plan.append((src, p))
+        for i, (src, p) in enumerate(plan, 1):
+            print(f"[{i}/{len(plan)}] {src.stem}", file=sys.stderr, flush=True)
             out = run_notebook(src, p, reports_dir=args.reports_dir, build_dir=args.build_dir,
                                timeout=args.timeout, progress=not args.no_progress)
-            print(f"[{i}/{len(srcs)}] wrote {out}", file=sys.stderr, flush=True)
+            print(f"[{i}/{len(plan)}] wrote {out}", file=sys.stderr, flush=True)
         idx = index.write_index(args.reports_dir)
         print(f"wrote {idx}", file=sys.stderr)
     except (RunError, data.MeasurementError) as e:

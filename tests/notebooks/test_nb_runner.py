@@ -131,3 +131,10 @@ def test_parameter_papermill_cannot_parse_is_refused(tmp_path, cli, capsys):
     src.write_text('# %% tags=["parameters"]\nurl = ""  # none means url=None\n\n# %%\nprint(url)\n')
     assert cli(tmp_path, str(src)) == 1
     assert "papermill cannot parse the parameters line(s) of 'url'" in capsys.readouterr().err
+
+
+def test_all_checks_every_notebook_before_running_any(tmp_path, cli, capsys):
+    data_dir = write_fixture_data(tmp_path / "data", kinds=("bench",))
+    rc = cli(tmp_path, "all", "-p", "smoke", "true", "-p", "data_dir", str(data_dir))
+    assert rc == 1 and "no measurement of kind 'validation'" in capsys.readouterr().err
+    assert not (tmp_path / "reports" / "00_baseline.html").exists()  # 00 alone had its data
