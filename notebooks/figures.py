@@ -21,7 +21,7 @@ PALETTE = {label: _CB[i] for label, i in zip(IMPL_LABELS.values(), (0, 1, 2, 4))
 def setup(dpi: int = 110) -> None:
     """One look for every report; smoke runs pass a low dpi to render faster."""
     sns.set_theme(style="whitegrid", context="notebook")
-    plt.rcParams.update({"figure.dpi": dpi, "figure.figsize": (8.5, 4.8),
+    plt.rcParams.update({"figure.dpi": dpi, "figure.figsize": (10.5, 4.8),
                          "axes.titlesize": 11, "axes.titleweight": "bold"})
 
 
@@ -36,6 +36,12 @@ def _ceiling(ax, y: float, text: str) -> None:
     ax.annotate(text, xy=(0.01, y), xycoords=("axes fraction", "data"), va="bottom", fontsize=9)
 
 
+def _legend(fig: plt.Figure, ax, title: str | None = None) -> None:
+    """Legend outside the axes, right of the plot, so it never hides a point or a line."""
+    ax.legend(title=title, fontsize=9, bbox_to_anchor=(1.01, 1), loc="upper left")
+    fig.tight_layout()
+
+
 def bandwidth_vs_s(df: pd.DataFrame, read_gbps: float, title: str) -> plt.Figure:
     """Effective GB/s (unique KV bytes / time) against prefix length, with the read ceiling."""
     fig, ax = plt.subplots()
@@ -43,7 +49,7 @@ def bandwidth_vs_s(df: pd.DataFrame, read_gbps: float, title: str) -> plt.Figure
     _ceiling(ax, read_gbps, f"device read ceiling {read_gbps:,.0f} GB/s")
     ax.set(xscale="log", yscale="log", title=title, xlabel="prefix tokens S (log scale)",
            ylabel="effective bandwidth, GB/s\n(S x 576 x 2 B / time, log scale)")
-    ax.legend(title=None, fontsize=9, loc="center right")
+    _legend(fig, ax)
     return fig
 
 
@@ -55,7 +61,7 @@ def time_vs_s(df: pd.DataFrame, title: str) -> plt.Figure:
     ax.plot(roof["S"], roof["roofline_us"], "k--", lw=1.2, label="roofline (floor)")
     ax.set(xscale="log", yscale="log", title=title, xlabel="prefix tokens S (log scale)",
            ylabel="time per layer, us (log scale)")
-    ax.legend(title=None, fontsize=9)
+    _legend(fig, ax)
     return fig
 
 
@@ -71,8 +77,7 @@ def roofline(df: pd.DataFrame, read_gbps: float, mma_tflops: float, title: str) 
     ax.set(xscale="log", yscale="log", title=title,
            xlabel="arithmetic intensity, FLOP per byte of KV read (log scale)",
            ylabel="achieved throughput, TFLOP/s (log scale)")
-    ax.legend(fontsize=8, bbox_to_anchor=(1.02, 1), loc="upper left")
-    fig.tight_layout()
+    _legend(fig, ax)
     return fig
 
 
@@ -87,7 +92,7 @@ def speedup_vs(df: pd.DataFrame, x: str, xlabel: str, title: str) -> plt.Figure:
     ax.set(xscale="log" if _spans_decades(long[x]) else "linear",
            yscale="log" if _spans_decades(long["speedup"]) else "linear", title=title,
            xlabel=xlabel, ylabel="speed-up of ours, x\n(their time / our time)")
-    ax.legend(title="over", fontsize=9)
+    _legend(fig, ax, "speed-up over")
     return fig
 
 
@@ -103,7 +108,7 @@ def time_vs(df: pd.DataFrame, x: str, xlabel: str, title: str, hue: str = "label
     if len(ticks) <= 8:  # label the measured values themselves (page sizes, T, H, batch)
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.minorticks_off()
-    ax.legend(title=None, fontsize=9)
+    _legend(fig, ax)
     return fig
 
 
@@ -120,7 +125,7 @@ def step_time_vs_s(df: pd.DataFrame, title: str) -> plt.Figure:
     ax.set(xscale="log", yscale="log" if _spans_decades(long["ms"]) else "linear", title=title,
            xlabel="prefix tokens S (log scale)",
            ylabel="attention time per verify step, ms\n(all layers, inside SGLang)")
-    ax.legend(fontsize=9)
+    _legend(fig, ax)
     return fig
 
 
