@@ -30,7 +30,22 @@ kernel-build: $(STAMP) ## compile the CUDA kernel for sm_80/86/89/90/120 into th
 gpu-run: ## on a CUDA machine: build, validate, benchmark; JSON into $$OUT (default reports/data)
 	PYTHONPATH=$(CURDIR) $(PY) -m kernel.gpu_run --out $${OUT:-reports/data}
 
+phase0: $(STAMP) ## render reports/00_baseline.html (SGLang's verify path at MLA shapes) and the index
+	$(VPY) -m notebooks.run phase0
+
+phase1: $(STAMP) ## render reports/01_flash_decode.html (contiguous-cache kernel vs naive and baseline) and the index
+	$(VPY) -m notebooks.run phase1
+
+phase2: $(STAMP) ## main job: measure anew if a CUDA GPU is here (else use reports/data), render reports/02_paged_bf16.html and the index
+	$(VPY) -m notebooks.run phase2 --measure auto
+
+phase3: $(STAMP) ## canary A/B at 185k context (two local emulators unless CANDIDATE_URL and CONTROL_URL are set), render and index
+	$(VPY) -m notebooks.run phase3 $(if $(CANDIDATE_URL)$(CONTROL_URL),-p candidate_url "$(CANDIDATE_URL)" -p control_url "$(CONTROL_URL)")
+
+reports: $(STAMP) ## measure anew if a CUDA GPU is here, then render every phase report and reports/index.html
+	$(VPY) -m notebooks.run all --measure auto
+
 clean: ## remove build outputs (keeps .venv and reports/)
 	rm -rf build .pytest_cache
 
-.PHONY: help venv test kernel-build gpu-run clean
+.PHONY: help venv test kernel-build gpu-run phase0 phase1 phase2 phase3 reports clean

@@ -1,0 +1,118 @@
+"""notebooks.data: picking the newest file of a kind, refusing bad or fixture data, tables."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from nb_fixtures import bench_doc, validation_doc, write_fixture_data
+
+from notebooks import data
+
+
+def test_newest_is_latest_date_not_latest_name(tmp_path):
+    old, new = bench_doc("2026-12-02T00:00:00Z"), bench_doc("2026-12-01T00:00:00+00:00")
+    old["commit"], new["commit"] = "newer-by-date", "older-by-date"
+    (tmp_path / "bench-a.json").write_text(json.dumps(old))
+    (tmp_path / "bench-z.json").write_text(json.dumps(new))
+    doc = data.newest(tmp_path, "bench", allow_fixture=True)
+    assert doc["commit"] == "newer-by-date"
+    assert data.provenance(doc)["file"] == "bench-a.json"
+
+
+def test_missing_kind_names_kind_and_dir(tmp_path):
+    write_fixture_data(tmp_path, kinds=("bench",))
+    with pytest.raises(data.MeasurementError, match=r"'validation'.*" + str(tmp_path)):
+        data.newest(tmp_path, "validation", allow_fixture=True)
+
+
+def test_missing_dir_and_bad_json_are_named(tmp_path):
+    with pytest.raises(data.MeasurementError, match="data_dir: no such directory"):
+        data.load_all(tmp_path / "nope")
+    (tmp_path / "bench-x.json").write_text("{not json")
+    with pytest.raises(data.MeasurementError, match="bench-x.json"):
+        data.load_all(tmp_path)
+
+
+def test_bad_date_and_missing_provenance(tmp_path):
+    doc = bench_doc("yesterday")
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    with pytest.raises(data.MeasurementError, match="'date' is not ISO-8601: 'yesterday'"):
+        data.load_all(tmp_path)
+    doc = bench_doc("2026-12-01T00:00:00Z")
+    del doc["gpu"]
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    with pytest.raises(data.MeasurementError, match=r"missing provenance keys \['gpu'\]"):
+        data.newest(tmp_path, "bench", allow_fixture=True)
+
+
+def test_fixture_data_refused_outside_smoke(fixture_dir):
+    with pytest.raises(data.MeasurementError, match="test fixture data"):
+        data.newest(fixture_dir, "bench")
+    assert data.newest(fixture_dir, "bench", allow_fixture=True)["kind"] == "bench"
+
+
+def test_bench_frame_rejects_missing_columns(tmp_path):
+    doc = bench_doc("2026-12-01T00:00:00Z")
+    for r in doc["rows"]:
+        del r["roofline_us"]
+    doc["_path"] = "b.json"
+    with pytest.raises(data.MeasurementError, match=r"lack columns \['roofline_us'\]"):
+        data.bench_frame(doc)
+
+
+def _row(impl, t, **kw):
+    base = {"sweep": "S", "S": 1000, "prefix_lens": [1000], "T": 8, "H": 8,
+            "layout": "scattered", "page_size": 1, "batch": 1, "impl": impl, "time_us": t,
+            "bytes": 1, "flops": 1, "GBps": 1, "TFLOPs": 1, "roofline_us": 1, "frac_roofline": 1}
+    return {**base, **kw}
+
+
+def test_speedups_pair_rows_of_the_same_configuration():
+    doc = {"_path": "b.json", "ceilings": {"read_GBps": 1, "mma_TFLOPs": 1}, "rows": [
+        _row("flash", 10.0), _row("sglang_extend", 250.0), _row("sglang_verify_mla", 40.0),
+        _row("flash", 20.0, S=2000, prefix_lens=[2000]),
+        _row("sglang_extend", 1000.0, S=2000, prefix_lens=[2000])]}
+    sp = data.speedups(data.bench_frame(doc)).set_index("S")
+    assert sp.loc[1000, "x_over_sglang_extend"] == pytest.approx(25.0)
+    assert sp.loc[1000, "x_over_sglang_verify_mla"] == pytest.approx(4.0)
+    assert sp.loc[2000, "x_over_sglang_extend"] == pytest.approx(50.0)
+    assert math.isnan(sp.loc[2000, "x_over_sglang_verify_mla"])  # not measured: no ratio
+
+
+def test_centre_takes_median_of_repeats_and_step_ms_scales_by_layers():
+    rows = [_row("flash", t, sweep=s, S=185000, prefix_lens=[185000])
+            for s, t in (("S", 90.0), ("T", 100.0), ("H", 200.0))]
+    df = data.bench_frame({"_path": "b", "ceilings": {"read_GBps": 1, "mma_TFLOPs": 1},
+                           "rows": rows})
+    assert data.centre(df)["time_us"].tolist() == [100.0]
+    assert data.step_ms(df, "flash") == pytest.approx(100.0 * 61 / 1e3)
+    with pytest.raises(data.MeasurementError, match="no 'sglang_extend' row at S=185000"):
+        data.step_ms(df, "sglang_extend")
+
+
+def test_validation_summary_counts_poison_and_checks_case_count():
+    doc = validation_doc("2026-12-01T00:00:00Z", n=6)
+    doc["_path"] = "v.json"
+    doc["cases"][2].update(nan=True, unwritten=3, rel_err=0.5, **{"pass": False})
+    doc["worst"] = doc["cases"][2]
+    s = data.validation_summary(doc)
+    assert (s["n_cases"], s["n_pass"], s["nan_cases"], s["unwritten_total"]) == (6, 5, 1, 3)
+    assert s["all_pass"] is False and s["worst"]["id"] == "case002"
+    doc["n_cases"] = 7
+    with pytest.raises(data.MeasurementError, match="n_cases=7 but 6 cases"):
+        data.validation_summary(doc)
+
+
+def test_integration_speedup_is_triton_over_plugin(fixture_dir):
+    it = data.integration_frame(data.newest(fixture_dir, "sglang-integration",
+                                            allow_fixture=True))
+    assert isinstance(it, pd.DataFrame) and len(it) == 6
+    assert (it["speedup"] == it["triton_ms_per_step"] / it["plugin_ms_per_step"]).all()
+
+
+def test_missing_data_dir_reads_as_no_measurement(tmp_path):
+    with pytest.raises(data.MeasurementError,
+                       match=r"no measurement of kind 'bench' in .*\(the directory does not exist\)"):
+        data.newest(tmp_path / "reports" / "data", "bench")
