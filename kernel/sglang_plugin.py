@@ -44,7 +44,7 @@ def selected_backend() -> str:
     return value.lower()
 
 
-def install(backend, model_runner=None) -> bool:
+def install(backend) -> bool:
     """Point a built TritonAttnBackend's verify slot at our adapter when the switch says
     flash and this backend verifies an MLA target. Returns whether it did."""
     if selected_backend() != "flash":
@@ -66,8 +66,8 @@ def install(backend, model_runner=None) -> bool:
     return True
 
 
-def _after_backend_init(_result, backend, model_runner=None, *args, **kwargs):
-    install(backend, model_runner)
+def _after_backend_init(_result, backend, *args, **kwargs):
+    install(backend)
 
 
 def register() -> None:
