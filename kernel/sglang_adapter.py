@@ -20,8 +20,9 @@ SGLang passes (eager and CUDA-graph forms differ only in index dtypes and sizes)
   custom_mask flat uint8/bool FULL_MASK (graph: the whole fixed verify_mask buffer)
               or None (a causal chain); mask_indptr [bs + 1] int64
   sm_scale    layer.scaling (float); k_scale / v_scale are Python floats (1.0 = none)
-Nothing here reads device memory or allocates: the call is captured in CUDA graphs and
-replayed with new lengths, so every check is on shapes, dtypes and Python scalars.
+Nothing here reads device memory or allocates (the LSE the kernel writes and SGLang
+ignores goes to scratch reserved at backend init): the call is captured in CUDA graphs
+and replayed with new lengths, so every check is on shapes, dtypes and Python scalars.
 """
 from __future__ import annotations
 
@@ -30,10 +31,11 @@ from collections import Counter
 
 import torch
 
+from .checks import HEAD_DIM, V_DIM, VerifyInputError
+
 logger = logging.getLogger(__name__)
 
-HEAD_DIM, V_DIM = 576, 512
-MAX_HEADS = 128  # DeepSeek-V3 at TP1; the kernel's head-group loop is sized for this
+MAX_HEADS = 128  # = kernel.ops.MAX_HEADS, checked here without importing (and building) the kernel
 
 # How often each outcome happened in this process ("flash" = our kernel ran). Under a
 # CUDA graph these count captures, not replays.
@@ -43,6 +45,11 @@ _logged: set[str] = set()
 # The module that provides verify_attention and get_workspace: kernel.ops, imported on
 # first use (it loads the CUDA extension); CPU tests put a CPU stand-in here.
 _ops_module = None
+
+# Per-device fp32 LSE scratch [tokens * heads]: SGLang does not use the LSE, but
+# kernel.ops.verify_attention allocates one when lse_out is None, and nothing may
+# allocate per call. Reserved outside graph capture by the plugin (reserve_lse).
+_lse_scratch: dict[torch.device, torch.Tensor] = {}
 
 
 def ops():
@@ -60,6 +67,18 @@ def use_ops(module):
     global _ops_module
     previous, _ops_module = _ops_module, module
     return previous
+
+
+def reserve_lse(device, tokens: int, heads: int) -> None:
+    """Make sure `device` has LSE scratch for `tokens` x `heads` (grows, never shrinks).
+
+    Call outside CUDA-graph capture: the plugin does it when the backend is built, with
+    tokens = request pool size x draft tokens per request and heads = the layer's heads.
+    """
+    device = torch.device(device)
+    have = _lse_scratch.get(device)
+    if have is None or have.numel() < tokens * heads:
+        _lse_scratch[device] = torch.empty(tokens * heads, dtype=torch.float32, device=device)
 
 
 def _fallback(reason: str) -> bool:
@@ -151,8 +170,21 @@ def verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_in
                                 sinks, window_kv_offsets, xai_temperature_len)
     if reason is not None:
         return _fallback(reason)
+    N, H = q_extend.shape[0], q_extend.shape[1]
+    lse = _lse_scratch.get(q_extend.device)
+    if lse is None or lse.numel() < N * H:
+        return _fallback(f"no LSE scratch reserved for {N} tokens x {H} heads on {q_extend.device} "
+                         "(sglang_adapter.reserve_lse; the plugin reserves it at backend init)")
     m = ops()
-    m.verify_attention(q_extend, k_buffer, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
-                       qo_indptr, float(sm_scale), out=o_extend, workspace=m.get_workspace(q_extend.device))
+    workspace = m.get_workspace(q_extend.device)
+    if qo_indptr.shape[0] - 1 > workspace.max_bs:
+        return _fallback(f"batch of {qo_indptr.shape[0] - 1} requests exceeds the workspace's max_bs "
+                         f"{workspace.max_bs}")
+    try:
+        m.verify_attention(q_extend, k_buffer, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
+                           qo_indptr, float(sm_scale), out=o_extend, lse_out=lse[:N * H].view(N, H),
+                           workspace=workspace)
+    except VerifyInputError as e:  # raised by its shape checks, before anything is launched or written
+        return _fallback(f"kernel.ops rejected the call: {e}")
     calls["flash"] += 1
     return True

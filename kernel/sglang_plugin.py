@@ -59,6 +59,8 @@ def install(backend) -> bool:
             device = torch.device("cuda", torch.cuda.current_device())
         # Sized once here, before any CUDA-graph capture; calls inside capture only look it up.
         m.get_workspace(device)
+    sglang_adapter.reserve_lse(device, backend.req_to_token_pool.size * backend.target_verify_num_tokens_per_req,
+                               backend.num_head)
     backend.use_verify_shared_kv = True
     backend.verify_shared_kv_fwd = torch.compiler.disable(sglang_adapter.verify_fwd)
     backend.mla_verify_backend = "flash"

@@ -6,6 +6,8 @@ lengths on the host (the real kernel must not); requests whose slice the oracle 
 """
 from __future__ import annotations
 
+import types
+
 import torch
 
 from kernel.checks import VerifyInputError
@@ -18,14 +20,15 @@ class CpuOps:
         self.workspaces: dict = {}
 
     def get_workspace(self, device):
-        """One workspace object per device, as kernel.ops caches it."""
-        return self.workspaces.setdefault(torch.device(device), object())
+        """One workspace per device, as kernel.ops caches it (max_bs as its default)."""
+        return self.workspaces.setdefault(torch.device(device), types.SimpleNamespace(max_bs=4096))
 
     def verify_attention(self, q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
                          qo_indptr, sm_scale, *, out=None, lse_out=None, workspace=None):
         self.calls.append(dict(q=q, kv_cache=kv_cache, kv_indptr=kv_indptr, kv_indices=kv_indices,
                                k_extend=k_extend, custom_mask=custom_mask, mask_indptr=mask_indptr,
-                               qo_indptr=qo_indptr, sm_scale=sm_scale, out=out, workspace=workspace))
+                               qo_indptr=qo_indptr, sm_scale=sm_scale, out=out, lse_out=lse_out,
+                               workspace=workspace))
         N, H, _ = q.shape
         out = torch.empty(N, H, 512, dtype=q.dtype) if out is None else out
         lse = torch.empty(N, H, dtype=torch.float32) if lse_out is None else lse_out

@@ -1,6 +1,7 @@
 """The adapter fits SGLang's call site and stays CUDA-graph safe: same signature as
 verify_shared_kv_fwd, and no device work of its own (no host sync, no allocation)."""
 import inspect
+import types
 
 import torch
 from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
@@ -32,14 +33,15 @@ class _NoComputeOps:
         self.ran = 0
 
     def get_workspace(self, device):
-        return None
+        return types.SimpleNamespace(max_bs=4096)
 
     def verify_attention(self, *args, **kwargs):
         self.ran += 1
 
 
 def test_adapter_issues_no_tensor_ops_itself(cpu_ops):
-    # .item()/.tolist() (a host sync) and torch.empty (an allocation) would both dispatch.
+    # .item()/.tolist() (a host sync) and torch.empty (an allocation) would both dispatch;
+    # the only ops allowed are the two views that carve lse_out out of the reserved scratch.
     stand_in = _NoComputeOps()
     sglang_adapter.use_ops(stand_in)
     a = _sglang_args()
@@ -48,4 +50,4 @@ def test_adapter_issues_no_tensor_ops_itself(cpu_ops):
         assert sglang_adapter.verify_fwd(**a) is True
         assert sglang_adapter.verify_fwd(**dict(a, logit_cap=30.0)) is False
     assert stand_in.ran == 1
-    assert rec.ops == [], rec.ops
+    assert rec.ops == ["aten.slice.Tensor", "aten.view.default"], rec.ops

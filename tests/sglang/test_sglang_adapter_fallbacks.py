@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kernel import sglang_adapter
+from kernel.checks import VerifyInputError
 from kernel.inputs import make_case
 
 
@@ -19,6 +20,7 @@ def _sglang_args(heads=8, dim=576):
     q = case.q if dim == 576 else torch.zeros(N, heads, dim, dtype=torch.bfloat16)
     k = case.k_extend if dim == 576 else torch.zeros(N, 1, dim, dtype=torch.bfloat16)
     o = torch.full((N, heads, 512), float("nan"), dtype=torch.bfloat16)
+    sglang_adapter.reserve_lse("cpu", N, heads)  # as the plugin does at backend init
     args = dict(q_extend=q, k_extend=k, v_extend=k[..., :512].contiguous(), o_extend=o, k_buffer=pool,
                 v_buffer=pool[..., :512], qo_indptr=case.qo_indptr, kv_indptr=case.kv_indptr,
                 kv_indices=case.kv_indices, custom_mask=case.custom_mask, is_causal=True,
@@ -89,3 +91,27 @@ def test_supported_call_runs_the_kernel(cpu_ops, caplog):
     assert sglang_adapter.verify_fwd(**a) is True
     assert len(cpu_ops.calls) == 1 and torch.isfinite(a["o_extend"]).all()
     assert not [r for r in caplog.records if r.name == "kernel.sglang_adapter"]
+
+
+def test_no_reserved_lse_scratch_falls_back(cpu_ops, caplog, monkeypatch):
+    a = _sglang_args()
+    monkeypatch.setattr(sglang_adapter, "_lse_scratch", {})
+    assert sglang_adapter.verify_fwd(**a) is False and cpu_ops.calls == []
+    assert "no LSE scratch reserved" in caplog.records[-1].getMessage()
+
+
+def test_batch_beyond_workspace_falls_back(cpu_ops, caplog):
+    a = _sglang_args()
+    cpu_ops.get_workspace("cpu").max_bs = 1  # the batch has 2 requests
+    assert sglang_adapter.verify_fwd(**a) is False and cpu_ops.calls == []
+    assert "exceeds the workspace's max_bs 1" in caplog.records[-1].getMessage()
+
+
+def test_kernel_shape_rejection_falls_back(cpu_ops, caplog, monkeypatch):
+    # kernel.ops raises VerifyInputError from its checks before launching: SGLang's path runs.
+    def reject(*args, **kwargs):
+        raise VerifyInputError("kv_cache: rows must be 16-byte aligned")
+    monkeypatch.setattr(cpu_ops, "verify_attention", reject)
+    a = _sglang_args()
+    assert sglang_adapter.verify_fwd(**a) is False and torch.isnan(a["o_extend"]).all()
+    assert "kernel.ops rejected the call: kv_cache: rows must be 16-byte aligned" in caplog.records[-1].getMessage()

@@ -10,6 +10,7 @@ SGLang's extend_attention_fwd (Triton interpreter, float32) is the second refere
 import pytest
 import torch
 
+from kernel import sglang_adapter
 from kernel.inputs import make_case
 from sglang_harness import Harness, oracle, rel_err
 
@@ -26,6 +27,7 @@ def _check_handover(ops, harness, case, o, *, graph):
     assert c["out"].data_ptr() == o.data_ptr() and c["out"].shape[1:] == (H, 512)
     assert c["out"].shape[0] == (4 * 8 if graph else N) == c["q"].shape[0]
     assert c["workspace"] is ops.get_workspace(torch.device("cpu"))
+    assert c["lse_out"].data_ptr() == sglang_adapter._lse_scratch[torch.device("cpu")].data_ptr()
     assert c["qo_indptr"].dtype == (torch.int64 if graph else torch.int32)
     assert c["kv_indices"].dtype == torch.int64
     assert c["sm_scale"] == harness.layer.scaling
