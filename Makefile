@@ -24,6 +24,9 @@ venv: $(STAMP) ## create .venv and install the pinned dependencies (other target
 test: $(STAMP) ## run the whole test suite (CPU; builds the CUDA kernel for every target arch with nvcc)
 	$(VPY) -m pytest -q
 
+test-sglang: $(STAMP) ## run the SGLang plugin tests only (CPU, real SGLang 0.5.23 classes, Triton interpreter)
+	$(VPY) -m pytest -q tests/sglang
+
 kernel-build: $(STAMP) ## compile the CUDA kernel for sm_80/86/89/90/120 into the build cache and print resource usage
 	$(VPY) -m kernel.build --all-archs --report
 
@@ -48,4 +51,4 @@ reports: $(STAMP) ## measure anew if a CUDA GPU is here, then render every phase
 clean: ## remove build outputs (keeps .venv and reports/)
 	rm -rf build .pytest_cache
 
-.PHONY: help venv test kernel-build gpu-run phase0 phase1 phase2 phase3 reports clean
+.PHONY: help venv test test-sglang kernel-build gpu-run phase0 phase1 phase2 phase3 reports clean

@@ -1,0 +1,117 @@
+"""Every case the kernel cannot serve exactly returns False (SGLang's path runs), untouched
+output, no kernel call, and one log line per reason however often it recurs."""
+import logging
+
+import pytest
+import torch
+
+from kernel import sglang_adapter
+from kernel.checks import VerifyInputError
+from kernel.inputs import make_case
+
+
+def _sglang_args(heads=8, dim=576):
+    """verify_fwd's arguments as SGLang's eager TARGET_VERIFY passes them."""
+    case = make_case([40, 9], [8, 8], heads, tree="random", seed=7)
+    pool = case.kv_cache
+    if dim != 576:
+        pool = torch.zeros(pool.shape[0], 1, dim, dtype=torch.bfloat16)
+    N = case.q.shape[0]
+    q = case.q if dim == 576 else torch.zeros(N, heads, dim, dtype=torch.bfloat16)
+    k = case.k_extend if dim == 576 else torch.zeros(N, 1, dim, dtype=torch.bfloat16)
+    o = torch.full((N, heads, 512), float("nan"), dtype=torch.bfloat16)
+    sglang_adapter.reserve_lse("cpu", N, heads)  # as the plugin does at backend init
+    args = dict(q_extend=q, k_extend=k, v_extend=k[..., :512].contiguous(), o_extend=o, k_buffer=pool,
+                v_buffer=pool[..., :512], qo_indptr=case.qo_indptr, kv_indptr=case.kv_indptr,
+                kv_indices=case.kv_indices, custom_mask=case.custom_mask, is_causal=True,
+                mask_indptr=case.mask_indptr, max_len_extend=8, k_scale=1.0, v_scale=1.0, sm_scale=case.sm_scale,
+                logit_cap=0.0, sliding_window_size=-1, sinks=None, window_kv_offsets=None, xai_temperature_len=-1,
+                max_bs=4)
+    return args
+
+
+def _fp8_pool(a):
+    pool = a["k_buffer"].nan_to_num().to(torch.float8_e4m3fn)
+    return dict(k_buffer=pool, v_buffer=pool[..., :512])
+
+
+def _unviewed_v(a):
+    return dict(v_buffer=a["k_buffer"][..., :512].clone())
+
+
+def _fp16_q(a):
+    return dict(q_extend=a["q_extend"].half())
+
+
+FALLBACKS = {
+    "fp8 KV cache": (_fp8_pool, "KV cache dtype float8_e4m3fn"),
+    "sliding window": (lambda a: dict(sliding_window_size=128), "sliding window"),
+    "sliding window offsets": (lambda a: dict(window_kv_offsets=torch.zeros(2, dtype=torch.int32)),
+                               "sliding window"),
+    "logit cap": (lambda a: dict(logit_cap=30.0), "logit cap"),
+    "sinks": (lambda a: dict(sinks=torch.zeros(8)), "attention sinks"),
+    "xai temperature": (lambda a: dict(xai_temperature_len=4), "xai temperature"),
+    "k descale": (lambda a: dict(k_scale=0.5), "k/v descale != 1"),
+    "v descale": (lambda a: dict(v_scale=2.0), "k/v descale != 1"),
+    "descale tensor": (lambda a: dict(k_scale=torch.tensor(1.0)), "descale given as a tensor"),
+    "q not bf16": (_fp16_q, "q dtype float16"),
+    "head dim 192": ("dim192", "is not [N, H, 576]"),
+    "H above 128": ("heads256", "H=256 query heads outside"),
+    "full prefix mask": (lambda a: dict(skip_prefix_custom_mask=False), "skip_prefix_custom_mask=False"),
+    "bidirectional": (lambda a: dict(is_causal=False, custom_mask=None), "non-causal"),
+    "v not a view of k": (_unviewed_v, "v_buffer is not the view"),
+    "mask without indptr": (lambda a: dict(mask_indptr=None), "without a mask_indptr"),
+    "no sm_scale": (lambda a: dict(sm_scale=None), "sm_scale=None"),
+}
+
+
+@pytest.mark.parametrize("name", FALLBACKS)
+def test_fallback_declines_logs_once_and_leaves_output(cpu_ops, caplog, name):
+    change, reason = FALLBACKS[name]
+    if change == "dim192":
+        a = _sglang_args(dim=192)
+    elif change == "heads256":
+        a = _sglang_args(heads=256)
+    else:
+        a = _sglang_args()
+        a.update(change(a))
+    caplog.set_level(logging.WARNING, logger="kernel.sglang_adapter")
+    assert sglang_adapter.verify_fwd(**a) is False
+    assert sglang_adapter.verify_fwd(**a) is False
+    assert cpu_ops.calls == [], "the kernel ran for an unsupported case"
+    assert torch.isnan(a["o_extend"]).all(), "output written although SGLang's path will write it"
+    lines = [r.getMessage() for r in caplog.records if r.name == "kernel.sglang_adapter"]
+    assert len(lines) == 1 and reason in lines[0], lines
+    assert sum(n for k, n in sglang_adapter.calls.items() if reason in k) == 2
+
+
+def test_supported_call_runs_the_kernel(cpu_ops, caplog):
+    # The unchanged arguments are served: the fallbacks above fail for their change alone.
+    a = _sglang_args()
+    assert sglang_adapter.verify_fwd(**a) is True
+    assert len(cpu_ops.calls) == 1 and torch.isfinite(a["o_extend"]).all()
+    assert not [r for r in caplog.records if r.name == "kernel.sglang_adapter"]
+
+
+def test_no_reserved_lse_scratch_falls_back(cpu_ops, caplog, monkeypatch):
+    a = _sglang_args()
+    monkeypatch.setattr(sglang_adapter, "_lse_scratch", {})
+    assert sglang_adapter.verify_fwd(**a) is False and cpu_ops.calls == []
+    assert "no LSE scratch reserved" in caplog.records[-1].getMessage()
+
+
+def test_batch_beyond_workspace_falls_back(cpu_ops, caplog):
+    a = _sglang_args()
+    cpu_ops.get_workspace("cpu").max_bs = 1  # the batch has 2 requests
+    assert sglang_adapter.verify_fwd(**a) is False and cpu_ops.calls == []
+    assert "exceeds the workspace's max_bs 1" in caplog.records[-1].getMessage()
+
+
+def test_kernel_shape_rejection_falls_back(cpu_ops, caplog, monkeypatch):
+    # kernel.ops raises VerifyInputError from its checks before launching: SGLang's path runs.
+    def reject(*args, **kwargs):
+        raise VerifyInputError("kv_cache: rows must be 16-byte aligned")
+    monkeypatch.setattr(cpu_ops, "verify_attention", reject)
+    a = _sglang_args()
+    assert sglang_adapter.verify_fwd(**a) is False and torch.isnan(a["o_extend"]).all()
+    assert "kernel.ops rejected the call: kv_cache: rows must be 16-byte aligned" in caplog.records[-1].getMessage()
