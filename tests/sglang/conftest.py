@@ -8,21 +8,11 @@ import os
 
 import tempfile
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# TRITON_INTERPRET=1 and the torchvision shim come from tests/conftest.py, loaded first
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model path below is a local config
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-# The PyPI torchvision wheel's _C links CUDA libraries the CPU torch lacks, so its fake
-# registrations fail on import ("operator torchvision::nms does not exist") unless the
-# operators are defined first. On a machine where torchvision loaded, they already exist.
-_torchvision_shim = torch.library.Library("torchvision", "DEF")
-for _op in ("nms", "qnms"):
-    try:
-        _torchvision_shim.define(f"{_op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    except RuntimeError:
-        pass
 
 from sglang.srt import runtime_context  # noqa: E402
 from sglang.srt.plugins import load_plugins  # noqa: E402
