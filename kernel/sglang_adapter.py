@@ -76,6 +76,8 @@ def reserve_lse(device, tokens: int, heads: int) -> None:
     tokens = request pool size x draft tokens per request and heads = the layer's heads.
     """
     device = torch.device(device)
+    if device.type == "cuda" and device.index is None:   # tensors report cuda:N; key the same way
+        device = torch.device("cuda", torch.cuda.current_device())
     have = _lse_scratch.get(device)
     if have is None or have.numel() < tokens * heads:
         _lse_scratch[device] = torch.empty(tokens * heads, dtype=torch.float32, device=device)
