@@ -322,7 +322,12 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
             from .sglang_baseline import run_extend, run_verify_mla
             impls["sglang_extend"] = [lambda c=c, o=o: run_extend(sgl, c, o, page_size=cfg["page"])
                                       for c, o in zip(copies, outs)]
-            if run_verify_mla(sgl, case, outs[0]):
+            try:      # SGLang's own gate decides; T = 64 asks for more shared memory than an H200 has
+                ok = run_verify_mla(sgl, case, outs[0])
+            except Exception as e:
+                log(f"bench T={T}: sglang_verify_mla cannot run: {type(e).__name__}: {str(e)[:120]}")
+                ok = False
+            if ok:
                 impls["sglang_verify_mla"] = [lambda c=c, o=o: run_verify_mla(sgl, c, o) for c, o in zip(copies, outs)]
         if rows_total * (max(pre) + T) * 6 < 4e9:    # fp32 logits + bf16 probabilities fit
             impls["torch_naive"] = [lambda c=c, o=o: naive_torch(c, o) for c, o in zip(copies, outs)]
@@ -417,6 +422,17 @@ def main(argv=None) -> int:
         summary.append(f"validation: {v['n_cases']} cases, all_pass={v['all_pass']}, worst rel_err "
                        f"{v['worst']['rel_err']:.2e}, vs SGLang max {max((c['rel_err_vs_sglang'] for c in sg), default=float('nan')):.2e}"
                        f", graph replay pass={v.get('graph', {}).get('all_pass')}")
+    if "integration" in stages:
+        try:
+            from .sglang_gpu_check import run as run_integration
+        except ImportError as e:
+            log(f"integration stage skipped: {e}")
+        else:
+            res_i = dict(info, **run_integration(sgl))
+            (out / f"sglang-integration-{tag}-{stamp}.json").write_text(json.dumps(res_i, indent=1))
+            for c in res_i["cases"]:
+                summary.append(f"61 layers S={c['S']} T={c['T']} {c['tree']}: plugin {c['plugin_ms_per_step']:.2f} ms, "
+                               f"triton {c['triton_ms_per_step']:.2f} ms, err {c['rel_err_plugin_vs_triton']:.1e}")
     if "once" in stages:   # a single centre-point call, for a profiler to attach to
         c = make_case([185000], [8], 8, tree="ddtree", layout="scattered", seed=77, device="cuda")
         for _ in range(3):
@@ -441,17 +457,6 @@ def main(argv=None) -> int:
                 summary.append(f"{r['sweep']:6s} S={r['S']:>7} T={r['T']:>4} H={r['H']:>3} {r['layout']:10s} "
                                f"p{r['page_size']:<2} b{r['batch']} {r['impl']:17s} {r['time_us']:11.1f} us "
                                f"{r['GBps']:7.0f} GB/s {r['TFLOPs']:6.1f} TF/s {r['frac_roofline']:6.1%}")
-    if "integration" in stages:
-        try:
-            from .sglang_gpu_check import run as run_integration
-        except ImportError as e:
-            log(f"integration stage skipped: {e}")
-        else:
-            res_i = dict(info, **run_integration(sgl))
-            (out / f"sglang-integration-{tag}-{stamp}.json").write_text(json.dumps(res_i, indent=1))
-            for c in res_i["cases"]:
-                summary.append(f"61 layers S={c['S']} T={c['T']} {c['tree']}: plugin {c['plugin_ms_per_step']:.2f} ms, "
-                               f"triton {c['triton_ms_per_step']:.2f} ms, err {c['rel_err_plugin_vs_triton']:.1e}")
     print("\n".join(["", "=" * 100] + summary))
     return 0
 
