@@ -121,14 +121,16 @@ def resources(lib_dir: Path) -> list[dict]:
     return json.loads((Path(lib_dir) / "resources.json").read_text())
 
 
-_LIBS: dict[Path, ctypes.CDLL] = {}
+_LIBS: dict[tuple, ctypes.CDLL] = {}
 
 
 def load(archs=ARCHS) -> ctypes.CDLL:
-    """Build if needed and load the library with typed entry points (cached per process)."""
+    """Build if needed and load the library with typed entry points (cached per process:
+    the op calls this on every launch, so the hash and the nvcc probe run only once)."""
+    key = tuple(str(a) for a in archs)
+    if key in _LIBS:
+        return _LIBS[key]
     d = build(archs)
-    if d in _LIBS:
-        return _LIBS[d]
     lib = ctypes.CDLL(str(d / LIB))
     vp, i, ll, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
     lib.mla_verify_launch.argtypes = [vp, vp, ll, vp, i, vp, i, vp, ll, vp, vp, i, vp, i, i, i, i, f, vp, vp,
@@ -142,7 +144,7 @@ def load(archs=ARCHS) -> ctypes.CDLL:
     lib.mla_verify_num_sms.argtypes = [i]
     lib.mma_ceiling_launch.argtypes = [vp, vp, i, i, i, vp]
     lib.mma_ceiling_launch.restype = i
-    _LIBS[d] = lib
+    _LIBS[key] = lib
     return lib
 
 

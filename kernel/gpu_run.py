@@ -67,7 +67,7 @@ def _events_ms(fn, reps: int) -> list[float]:
     return out
 
 
-def time_calls(fns: list, reps: int = 7, graph: bool = True) -> float:
+def time_calls(fns: list, reps: int = 7, graph: bool = True, graph_limit_ms: float = 20.0) -> float:
     """Median milliseconds per call. fns: closures over rotating input copies.
 
     graph=False for code that cannot be captured (host syncs): calls are timed one by one.
@@ -75,7 +75,7 @@ def time_calls(fns: list, reps: int = 7, graph: bool = True) -> float:
     fns[0]()                                   # warm-up (Triton compiles here)
     torch.cuda.synchronize()
     est = sorted(_events_ms(fns[0], 1))[0]
-    if est > 20.0 or not graph:                # slow or uncapturable: time calls one by one
+    if est > graph_limit_ms or not graph:      # slow or uncapturable: time calls one by one
         n = 2 if est > 1000 else (3 if est > 20.0 else reps)
         ms = []
         for i in range(n):

@@ -59,8 +59,9 @@ def run_tree(sgl, S: int, T: int, tree: str) -> dict:
     err_oracle = rel_err(outs[0], oracle)
 
     # times: 61 layers back to back (plugin: CUDA-graph replay; SGLang: eager, 36 ms a layer)
+    # SGLang runs TARGET_VERIFY inside CUDA graphs: the plugin's 61 layers are captured as one
     plugin_ms = time_calls([lambda: [sglang_adapter.verify_fwd(*_sglang_args(case, pools[i], outs[i]))
-                                     for i in range(LAYERS)]])
+                                     for i in range(LAYERS)]], graph_limit_ms=2000.0)
     triton_layer_ms = time_calls([lambda: run_extend(sgl, _with_pool(case, pools[1]), ref_o)], reps=3)
 
     graph_ok = graph_replay(case, pools[:4])

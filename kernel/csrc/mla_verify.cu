@@ -139,8 +139,9 @@ struct Item {
 
 // Every CTA derives the whole schedule from the sequence lengths (a few microseconds, no
 // extra launch) and picks its own item. Returns false when this CTA has no work.
-// Splits: chunk = max(MIN_CHUNK, ceil(sum_b nrt_b * L_b / target)) tokens rounded to BN,
-// ns_b = ceil(L_b / chunk); items are ordered (request, split, row tile) so that the row
+// Splits: with U = sum_b nrt_b row tiles, chunk = max(MIN_CHUNK, ceil(sum_b nrt_b * L_b /
+// (target - U))) tokens rounded to BN and ns_b = ceil(L_b / chunk), so that sum_b nrt_b *
+// ns_b <= target: one wave (a second, nearly empty wave would double the time); items are ordered (request, split, row tile) so that the row
 // tiles reading the same KV range run side by side and share it through L2.
 __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   const int tid = threadIdx.x;
@@ -165,7 +166,24 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   long long total = 0;
 #pragma unroll
   for (int w = 0; w < NWARPS; ++w) total += red[w];
-  long long chunk = (total + p.target_ctas - 1) / p.target_ctas;
+  __syncthreads();
+  // sum of row tiles: every request rounds its split count up, at most one extra item per
+  // row tile, so aiming at (target - U) items keeps the whole schedule within one wave
+  if ((tid & 31) == 0) scratch[tid >> 5] = 0;
+  __syncthreads();
+  atomicAdd(&scratch[tid >> 5], nrt_sum);
+  __syncthreads();
+  long long U = 0;
+#pragma unroll
+  for (int w = 0; w < NWARPS; ++w) U += scratch[w];
+  __syncthreads();
+  long long chunk;
+  if (U < p.target_ctas) {
+    long long aim = p.target_ctas - U;
+    chunk = (total + aim - 1) / aim;
+  } else {
+    chunk = 1LL << 40;   // more row tiles than CTAs: one split per request, whole waves
+  }
   if (chunk < MIN_CHUNK) chunk = MIN_CHUNK;
   chunk = (chunk + BN - 1) / BN * BN;
   // pass 2: items and partial slots per request, exclusive scans
