@@ -30,6 +30,9 @@ DEFAULTS = {
     # Captures TARGET_VERIFY graphs too in 0.5.23 (--cuda-graph-max-bs no longer exists).
     "cuda_graph_max_bs_decode": 8,
     "mem_fraction_static": 0.85,
+    # Address the server binds; None = the group's host. A remote server the tool reaches
+    # over the network usually binds 0.0.0.0.
+    "bind_host": None,
     "extra_args": [],
 }
 
@@ -49,7 +52,7 @@ TEMPLATE = [
     "--cuda-graph-max-bs-decode", "{cuda_graph_max_bs_decode}",
     "--mem-fraction-static", "{mem_fraction_static}",
     "--enable-metrics",
-    "--host", "{host}",
+    "--host", "{bind_host}",
     "--port", "{port}",
 ]
 
@@ -73,12 +76,14 @@ def render(argv: list[str], values: dict) -> list[str]:
 
 
 def launch_argv(params: dict, *, host: str, port: int, gpus: list[int], arm: str) -> list[str]:
-    """argv of the default SGLang launch for one group (tp size = number of GPUs)."""
+    """argv of the default SGLang launch for one group (tp size = number of GPUs). The arm is
+    not on the command line (see the module docstring); it is accepted so every launcher
+    calls this the same way."""
     values = {**DEFAULTS, **params}
     for key in ("model_path", "draft_model_path"):
         if not values.get(key):
             raise ValueError(f"[launch] {key} is not set; the default launch template needs it")
-    values.update(host=host, port=port, tp_size=len(gpus), backend=arm)
+    values.update(host=host, port=port, tp_size=len(gpus), bind_host=values["bind_host"] or host)
     return render(TEMPLATE, values) + [str(a) for a in values["extra_args"]]
 
 

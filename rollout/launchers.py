@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from rollout.inventory import Group, Inventory
-from rollout.launch import group_env, launch_argv, render, shell_line
+from rollout.launch import BACKEND_ENV, group_env, launch_argv, render, shell_line
 
 
 class LaunchError(RuntimeError):
@@ -164,6 +164,13 @@ class SystemdLauncher:
 
     def describe_start(self, arm: str) -> str:
         return shlex.join(self.argv("start", self.unit(arm)))
+
+    def describe_unit(self) -> str:
+        """What the templated unit (instance = arm) should hold, from the launch template."""
+        argv = launch_argv(self.inv.launch, host=self.g.host, port=self.g.port, gpus=self.g.gpus, arm="%i")
+        return (f"{self.unit('')} should set Environment=CUDA_VISIBLE_DEVICES={','.join(map(str, self.g.gpus))} "
+                f"Environment={BACKEND_ENV}=%i KillSignal=SIGTERM "
+                f"TimeoutStopSec={self.inv.settings['drain_deadline_s']:.0f} ExecStart={shlex.join(argv)}")
 
     def describe_stop(self, arm: str) -> str:
         return shlex.join(self.argv("stop", self.unit(arm)))

@@ -32,6 +32,8 @@ def plan_lines(inv: Inventory, canary: str | None = None, rollback_all: bool = F
             f"the control outputs and speed samples recorded during the canary"
         step(f"preflight: GET /health on every group ({', '.join(inv.order(canary))}) answers 200, "
              f"so at most one group is ever out of service")
+        if hasattr(launcher, "describe_unit"):
+            lines.append(f"     note: {launcher.describe_unit()}")
         step(f"[{name}] drain and stop ({CONTROL}): {launcher.describe_stop(CONTROL)}")
         step(f"[{name}] start ({CANDIDATE}) on GPUs {g.gpus}: {launcher.describe_start(CANDIDATE)}")
         step(f"[{name}] gate starts: {g.url}/health answers 200 within {s['startup_deadline_s']:.0f} s")
