@@ -369,7 +369,7 @@ def serve(args) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     print(f"listening on http://{args.host}:{args.port} arm={args.arm} (emulator)", flush=True)
     stop.wait()
     t0 = time.monotonic()

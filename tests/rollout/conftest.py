@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fixtures import write_measurements  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-TIME_SCALE = "0.05"
+TIME_SCALE = "0.2"
 
 
 @pytest.fixture
