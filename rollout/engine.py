@@ -26,6 +26,7 @@ from rollout.record import Record, now
 
 CANDIDATE, CONTROL = "flash", "triton"
 EXIT_OK, EXIT_ERROR, EXIT_GATE, EXIT_LOCKED, EXIT_INTERRUPTED = 0, 1, 3, 4, 130
+# statuses of a rollout that is not finished: a new canary is refused while one of these holds
 ACTIVE = ("canary", "canary_passed", "promoting", "rolling_back")
 
 
@@ -140,11 +141,21 @@ class Rollout:
                 return self.inv.group(other).url
         return None
 
+    def recorded_mismatch(self, kind: str, settings: dict) -> str | None:
+        """Recorded control data are only comparable under the settings they were taken with."""
+        was = self.state["reference"].get(f"{kind}_settings")
+        if was is not None and was != settings:
+            return f"recorded control {kind} data were taken with {was}, the inventory now says {settings}"
+        return None
+
     def gate_numerics(self, name: str):
         gt, ref = self.inv.gates, self.state["reference"]
         peer = self.control_peer(name)
+        settings = {k: gt[k] for k in ("numerics_prompts", "numerics_prompt_tokens", "numerics_new_tokens", "seed")}
         if peer is None and "numerics_control" not in ref:
             return self._gate(name, "numerics", False, "no control group in service and no recorded control outputs")
+        if peer is None and self.recorded_mismatch("numerics", settings):
+            return self._gate(name, "numerics", False, self.recorded_mismatch("numerics", settings))
         self.p.say(f"[{name}] numerics vs {peer or 'recorded control outputs'}")
         try:
             r = compare(self.inv.group(name).url, peer, prompts=gt["numerics_prompts"],
@@ -155,15 +166,18 @@ class Rollout:
         except (EndpointError, KeyError, TypeError, ValueError) as e:
             return self._gate(name, "numerics", False, f"{type(e).__name__}: {e}")
         if peer is not None and "numerics_control" not in ref:
-            ref["numerics_control"] = r["control_outputs"]
+            ref["numerics_control"], ref["numerics_settings"] = r["control_outputs"], settings
         r["control_url"] = peer
         self._gate(name, "numerics", r["passed"], r["reason"], {k: v for k, v in r.items() if k != "control_outputs"})
 
     def gate_speed(self, name: str):
         gt, ref = self.inv.gates, self.state["reference"]
         peer = self.control_peer(name)
+        settings = {k: gt[k] for k in ("context_tokens", "max_new_tokens", "rounds", "seed")}
         if peer is None and "speed_control" not in ref:
             return self._gate(name, "speed", False, "no control group in service and no recorded control speed")
+        if peer is None and self.recorded_mismatch("speed", settings):
+            return self._gate(name, "speed", False, self.recorded_mismatch("speed", settings))
         self.p.say(f"[{name}] speed A/B at {gt['context_tokens']} tokens vs {peer or 'recorded control samples'}")
         try:
             r = run_ab(self.inv.group(name).url, peer, context_tokens=gt["context_tokens"], rounds=gt["rounds"],
@@ -173,7 +187,7 @@ class Rollout:
         except (EndpointError, KeyError, TypeError, ValueError) as e:
             return self._gate(name, "speed", False, f"{type(e).__name__}: {e}")
         if peer is not None and "speed_control" not in ref:
-            ref["speed_control"] = r["control"]
+            ref["speed_control"], ref["speed_settings"] = r["control"], settings
         self._gate(name, "speed", r["passed"], r["reason"], r)
 
     # ---- moving one group ----------------------------------------------------------------
@@ -231,7 +245,14 @@ class Rollout:
     def run_canary(self):
         name = self.state["order"][0]
         if self.group_state(name)["step"] == "idle" and self.group_state(name)["arm"] == CONTROL:
-            self.preflight(name)
+            try:
+                self.preflight(name)
+            except RolloutError as e:
+                # nothing was touched: the rollout ends here and a new canary may start later
+                self.state.update(status="aborted", reason=str(e))
+                self.save()
+                self.audit("rollout_end", status="aborted", reason=str(e))
+                raise
         self.p.say(f"rollout {self.rid}: canary is group {name}")
         self.guarded(name, lambda: self.move(name, CANDIDATE, full_gates=True))
         self.state["status"] = "canary_passed"
@@ -314,6 +335,9 @@ class Rollout:
         if self.state is None or self.state["status"] not in ACTIVE:
             raise RolloutError(f"nothing to resume: state is {self.state['status'] if self.state else 'absent'} "
                                f"({self.rec.state_path})")
+        if self.state["status"] == "canary_passed" and not self.state["auto_promote"]:
+            raise RolloutError(f"rollout {self.rid}: the canary passed and the rollout is paused for a person; "
+                               f"`python -m rollout promote` continues, `rollback` undoes it")
         self.audit("resume", status=self.state["status"])
         self.p.say(f"resuming rollout {self.rid} ({self.state['status']})")
         {"canary": self.run_canary, "canary_passed": self.run_promote, "promoting": self.run_promote,

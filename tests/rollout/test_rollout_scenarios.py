@@ -4,7 +4,7 @@ import os
 import signal
 import time
 
-from conftest import run_tool, start_tool, wait_for
+from rollout_helpers import run_tool, start_tool, wait_for
 
 
 def starts(fleet, group, arm):
@@ -125,6 +125,7 @@ def test_unreachable_endpoint_refuses_before_touching_anything(make_fleet):
     assert not f.events("stop") and not f.events("start")
     assert f.arm("g0") == "triton" and f.arm("g1") == "triton"
     assert f.events("preflight", passed=False, group="g2")
+    assert f.state()["status"] == "aborted"  # nothing changed, so a later canary may start afresh
 
 
 def test_killed_mid_rollout_then_resume(make_fleet):
@@ -194,6 +195,9 @@ def test_second_rollout_refused_by_lock(make_fleet):
     # the lock is free now, but the rollout's canary has passed: a new canary is refused until promoted
     r = run_tool(f.inv, "canary")
     assert r.returncode == 1 and "canary_passed" in r.stderr
+    # and resume does not promote behind a person's back: the pause after the canary holds
+    r = run_tool(f.inv, "resume")
+    assert r.returncode == 1 and "paused" in r.stderr and f.arm("g1") == "triton"
 
 
 def test_failed_promotion_with_rollback_all_restores_every_group(make_fleet):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from fixtures import write_measurements
+from rollout_fixtures import write_measurements
 from rollout.emulator import start_emulator
 from rollout.speed_model import MissingMeasurements, SpeedModel, interp
 

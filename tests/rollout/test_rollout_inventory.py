@@ -3,7 +3,7 @@ import socket
 
 import pytest
 
-from conftest import REPO, run_tool
+from rollout_helpers import REPO, run_tool
 from rollout.inventory import InventoryError, load
 
 GOOD = '''
