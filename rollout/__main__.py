@@ -19,7 +19,6 @@ from rollout.engine import (CONTROL, EXIT_ERROR, EXIT_GATE, EXIT_INTERRUPTED, EX
 from rollout.inventory import InventoryError, load
 from rollout.launchers import LaunchError
 from rollout.plan import plan_lines
-from rollout.progress import Progress
 from rollout.record import Record
 
 MUTATING = ("canary", "promote", "rollback", "resume", "up")

@@ -11,9 +11,9 @@ rollback_all every group this rollout changed, then exits 3 with the reason.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import time
 import uuid
+from pathlib import Path
 
 from rollout.ab import run_ab
 from rollout.client import EndpointError, request
@@ -25,7 +25,7 @@ from rollout.progress import Progress
 from rollout.record import Record, now
 
 CANDIDATE, CONTROL = "flash", "triton"
-EXIT_OK, EXIT_ERROR, EXIT_GATE, EXIT_LOCKED, EXIT_INTERRUPTED = 0, 1, 3, 4, 130
+EXIT_ERROR, EXIT_GATE, EXIT_LOCKED, EXIT_INTERRUPTED = 1, 3, 4, 130
 # statuses of a rollout that is not finished: a new canary is refused while one of these holds
 ACTIVE = ("canary", "canary_passed", "promoting", "rolling_back")
 
@@ -141,21 +141,23 @@ class Rollout:
                 return self.inv.group(other).url
         return None
 
-    def recorded_mismatch(self, kind: str, settings: dict) -> str | None:
-        """Recorded control data are only comparable under the settings they were taken with."""
-        was = self.state["reference"].get(f"{kind}_settings")
-        if was is not None and was != settings:
-            return f"recorded control {kind} data were taken with {was}, the inventory now says {settings}"
-        return None
+    def control_for(self, name: str, gate: str, settings: dict) -> str | None:
+        """URL of a live control group, or None to use the canary's recorded control data.
+        Fails the gate when neither exists or the recording was taken under other settings."""
+        peer = self.control_peer(name)
+        if peer is None:
+            ref = self.state["reference"]
+            if f"{gate}_control" not in ref:
+                self._gate(name, gate, False, f"no control group in service and no recorded control {gate} data")
+            if ref.get(f"{gate}_settings") != settings:
+                self._gate(name, gate, False, f"recorded control {gate} data were taken with "
+                                              f"{ref.get(f'{gate}_settings')}, the inventory now says {settings}")
+        return peer
 
     def gate_numerics(self, name: str):
         gt, ref = self.inv.gates, self.state["reference"]
-        peer = self.control_peer(name)
         settings = {k: gt[k] for k in ("numerics_prompts", "numerics_prompt_tokens", "numerics_new_tokens", "seed")}
-        if peer is None and "numerics_control" not in ref:
-            return self._gate(name, "numerics", False, "no control group in service and no recorded control outputs")
-        if peer is None and self.recorded_mismatch("numerics", settings):
-            return self._gate(name, "numerics", False, self.recorded_mismatch("numerics", settings))
+        peer = self.control_for(name, "numerics", settings)
         self.p.say(f"[{name}] numerics vs {peer or 'recorded control outputs'}")
         try:
             r = compare(self.inv.group(name).url, peer, prompts=gt["numerics_prompts"],
@@ -172,12 +174,8 @@ class Rollout:
 
     def gate_speed(self, name: str):
         gt, ref = self.inv.gates, self.state["reference"]
-        peer = self.control_peer(name)
         settings = {k: gt[k] for k in ("context_tokens", "max_new_tokens", "rounds", "seed")}
-        if peer is None and "speed_control" not in ref:
-            return self._gate(name, "speed", False, "no control group in service and no recorded control speed")
-        if peer is None and self.recorded_mismatch("speed", settings):
-            return self._gate(name, "speed", False, self.recorded_mismatch("speed", settings))
+        peer = self.control_for(name, "speed", settings)
         self.p.say(f"[{name}] speed A/B at {gt['context_tokens']} tokens vs {peer or 'recorded control samples'}")
         try:
             r = run_ab(self.inv.group(name).url, peer, context_tokens=gt["context_tokens"], rounds=gt["rounds"],

@@ -1,6 +1,5 @@
 """The emulator speaks SGLang 0.5.23's HTTP API, says it is an emulator, and fails on demand;
 run_ab and numerics.compare judge it correctly."""
-import json
 import signal
 import threading
 import time

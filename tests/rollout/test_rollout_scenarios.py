@@ -4,6 +4,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from rollout_helpers import run_tool, start_tool, wait_for
 
 
@@ -221,3 +223,21 @@ def test_plan_touches_nothing(make_fleet):
     assert "order: g0 (canary), g1, g2" in out
     assert "CUDA_VISIBLE_DEVICES=0,1 MLA_VERIFY_BACKEND=flash" in out
     assert out.count("gate speed") == 3 and "recorded during the canary" in out
+
+
+def test_recorded_control_is_used_only_under_the_same_settings(make_fleet):
+    # no group is serving, so there is no live control: only the canary's recording can judge
+    from rollout.engine import GateFailed, Rollout
+    from rollout.inventory import load
+    from rollout.progress import Progress
+    f = make_fleet(n=2)
+    r = Rollout(load(f.inv), Progress(open(os.devnull, "w")))
+    r.state = r.new_state(None, False, False)
+    settings = {"context_tokens": 2048, "max_new_tokens": 24, "rounds": 5, "seed": 0}
+    with pytest.raises(GateFailed, match="no control group in service"):
+        r.control_for("g1", "speed", settings)
+    r.state["reference"] = {"speed_control": {"tok_s": [1.0] * 5}, "speed_settings": settings}
+    assert r.control_for("g1", "speed", settings) is None
+    with pytest.raises(GateFailed, match="were taken with"):
+        r.control_for("g1", "speed", {**settings, "context_tokens": 185000})
+    assert [g["passed"] for g in r.state["gates"]] == [False, False]
