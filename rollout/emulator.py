@@ -105,7 +105,7 @@ class Emulator:
         with self.lock:
             self.cache = ([tuple(ids)] + self.cache)[:8]
 
-    def generate(self, ids: list[int], sp: dict, *, rid: str, emit, logprob: dict):
+    def generate(self, ids: list[int], sp: dict, *, rid: str, emit, logprob: dict, streaming: bool = False):
         """Runs one request; calls emit(new_ids, meta_info) per decode step. Returns meta_info."""
         t0 = time.monotonic()
         max_new = int(sp.get("max_new_tokens", 128))
@@ -128,7 +128,7 @@ class Emulator:
                 if not ignore_eos and len(out) >= 4 and tok % 97 == 0:
                     finish = {"type": "stop", "matched": tok}
                     break
-            if self.fault == "die_midstream" and len(out) >= max(2, max_new // 2):
+            if self.fault == "die_midstream" and streaming and len(out) >= max(2, max_new // 2):
                 os._exit(3)  # a crash, not a clean error: the client sees the socket drop
             emit(new, self.meta(rid, ids, out, cached, steps, None, t0))
         finish = finish or {"type": "length", "length": max_new}
@@ -285,7 +285,8 @@ class Handler(BaseHTTPRequestHandler):
         with emu.lock:
             emu.inflight += 1
         try:
-            return emu.generate(ids, sp, rid=rid, emit=on_chunk if stream else (lambda *_: None), logprob=logprob)
+            return emu.generate(ids, sp, rid=rid, emit=on_chunk if stream else (lambda *_: None), logprob=logprob,
+                                streaming=stream)
         finally:
             with emu.lock:
                 emu.inflight -= 1

@@ -241,3 +241,16 @@ def test_recorded_control_is_used_only_under_the_same_settings(make_fleet):
     with pytest.raises(GateFailed, match="were taken with"):
         r.control_for("g1", "speed", {**settings, "context_tokens": 185000})
     assert [g["passed"] for g in r.state["gates"]] == [False, False]
+
+
+def test_canary_that_dies_mid_stream_is_restarted_on_control(make_fleet):
+    f = make_fleet(n=2, extra={"g0": ["--fault", "die_midstream", "--fault-arm", "flash"]})
+    f.up()
+    r = run_tool(f.inv, "canary")
+    assert r.returncode == 3, r.stderr
+    st = f.state()
+    failed = [g for g in st["gates"] if not g["passed"]]
+    assert len(failed) == 1 and failed[0]["group"] == "g0" and failed[0]["gate"] == "speed"
+    assert "without [DONE]" in failed[0]["reason"] or "connection" in failed[0]["reason"].lower()
+    assert [e["how"] for e in f.events("stop", group="g0")] == ["drained", "not running"]  # it had crashed
+    assert f.arm("g0") == "triton" and st["status"] == "rolled_back"
