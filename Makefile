@@ -52,3 +52,17 @@ clean: ## remove build outputs (keeps .venv and reports/)
 	rm -rf build .pytest_cache
 
 .PHONY: help venv test test-sglang kernel-build gpu-run phase0 phase1 phase2 phase3 reports clean
+
+# ---- rollout tool (rollout/, tests/rollout/) ----
+INVENTORY ?= rollout/inventory.example.toml
+
+rollout-plan: $(STAMP) ## dry run of canary + promote on INVENTORY (default the Kimi-K2 example); touches nothing
+	$(VPY) -m rollout plan --inventory $(INVENTORY)
+
+rollout-demo: $(STAMP) ## canary + promote over 3 local emulator groups modelled on reports/data; writes reports/data/rollout-<id>.json
+	$(VPY) -m rollout.demo --data-dir reports/data --results-dir reports/data
+
+rollout-test: $(STAMP) ## the rollout tool's tests alone (real processes on 127.0.0.1, under 3 minutes)
+	$(VPY) -m pytest -q tests/rollout
+
+.PHONY: rollout-plan rollout-demo rollout-test

@@ -1,0 +1,1 @@
+"""Staged rollout of the MLA verify kernel onto a live SGLang service (`python -m rollout`)."""

@@ -1,0 +1,113 @@
+"""Speed gate: decode tokens/s at long context, candidate vs control, interleaved rounds.
+
+Each round sends the same exact-length `input_ids` (prefix cache warmed first, so the
+measured request decodes rather than prefills) as a streaming /generate with ignore_eos and
+greedy sampling to both endpoints, candidate first on even rounds and control first on odd
+ones (drift hits both arms). tokens/s per request = tokens after the first chunk / time from
+the first chunk to the last, from the stream's arrival times (prefill and TTFT excluded).
+Pass when median(candidate)/median(control) >= 1 - threshold and the bootstrap CI's lower
+bound is too.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import random
+import statistics
+
+from rollout.client import EndpointError, post_json, stream_generate
+from rollout.endpoint_info import describe, provenance
+from rollout.stats import bootstrap_ratio_ci, ratio_of_medians
+
+TOKEN_LO, TOKEN_HI = 1000, 31000  # inside any Kimi/DeepSeek vocabulary, clear of special tokens
+
+
+def make_input_ids(context_tokens: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(TOKEN_LO, TOKEN_HI) for _ in range(context_tokens)]
+
+
+def measure(url: str, ids: list[int], max_new_tokens: int, timeout: float) -> dict:
+    """One streaming request; returns tokens/s (decode), accept length, cached tokens, TTFT (s)."""
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0,
+                                                  "ignore_eos": True}}
+    chunks = list(stream_generate(url, body, timeout=timeout))
+    marks = [(t, c["meta_info"]["completion_tokens"]) for t, c in chunks if "meta_info" in c]
+    marks = [m for i, m in enumerate(marks) if i == 0 or m[1] > marks[i - 1][1]]  # drop the repeated final chunk
+    if len(marks) < 2 or marks[-1][0] <= marks[0][0]:
+        raise EndpointError(f"{url}/generate: {len(marks)} token chunk(s); need 2 or more to time decode "
+                            f"(max_new_tokens={max_new_tokens})")
+    meta = chunks[-1][1]["meta_info"]
+    return {"tok_s": (marks[-1][1] - marks[0][1]) / (marks[-1][0] - marks[0][0]),
+            "completion_tokens": meta["completion_tokens"], "cached_tokens": meta.get("cached_tokens"),
+            "accept_length": meta.get("spec_accept_length"), "e2e_latency": meta.get("e2e_latency")}
+
+
+def _arm_summary(samples: list[dict]) -> dict:
+    acc = [s["accept_length"] for s in samples if s["accept_length"] is not None]
+    return {"tok_s": [s["tok_s"] for s in samples], "accept_length": acc,
+            "cached_tokens": [s["cached_tokens"] for s in samples],
+            "completion_tokens": [s["completion_tokens"] for s in samples],
+            "median_tok_s": statistics.median(s["tok_s"] for s in samples),
+            "median_accept_length": statistics.median(acc) if acc else None}
+
+
+def run_ab(candidate_url: str, control_url: str | None, *, context_tokens: int = 185000, rounds: int = 5,
+           max_new_tokens: int = 32, threshold: float = 0.02, seed: int = 0, progress=None,
+           ci_level: float = 0.95, resamples: int = 2000, timeout: float = 900.0,
+           recorded_control: dict | None = None) -> dict:
+    """Interleaved A/B of decode tokens/s; returns the dict that goes into rollout-*.json.
+
+    control_url None + recorded_control (a previous result's "control" block, same inputs)
+    compares against those samples instead (the last group of a rollout has no live control
+    left); the result then says "control_source": "recorded" and the CI is unpaired.
+    """
+    if rounds < 5:
+        raise ValueError(f"rounds must be >= 5 (interleaved rounds per arm), got {rounds}")
+    if context_tokens < 2:
+        raise ValueError(f"context_tokens must be >= 2, got {context_tokens}")
+    if max_new_tokens < 3:
+        raise ValueError(f"max_new_tokens must be >= 3 to time decode, got {max_new_tokens}")
+    if not 0 <= threshold < 1:
+        raise ValueError(f"threshold must be in [0, 1), got {threshold}")
+    if control_url is None and not recorded_control:
+        raise ValueError("control_url is None and no recorded_control was given")
+    say = progress or (lambda msg: None)
+    live = {"candidate": candidate_url} | ({"control": control_url} if control_url else {})
+    endpoints = [describe(url, role) for role, url in live.items()]
+    ids = make_input_ids(context_tokens, seed)
+    warm = {}
+    for role, url in live.items():
+        say(f"warming the prefix cache on {role} ({context_tokens} tokens)")
+        r = post_json(url, "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}},
+                      timeout=timeout)
+        warm[role] = {"cached_tokens_before": r.get("meta_info", {}).get("cached_tokens")}
+    samples: dict[str, list[dict]] = {role: [] for role in live}
+    order = []
+    for r in range(rounds):
+        roles = list(live) if r % 2 == 0 else list(reversed(live))
+        order.append(roles)
+        for role in roles:
+            s = measure(live[role], ids, max_new_tokens, timeout)
+            samples[role].append(s)
+            say(f"round {r + 1}/{rounds} {role}: {s['tok_s']:.2f} tok/s, accept {s['accept_length']}")
+    cand = _arm_summary(samples["candidate"])
+    ctrl = _arm_summary(samples["control"]) if control_url else recorded_control
+    paired = control_url is not None
+    ratio = ratio_of_medians(cand["tok_s"], ctrl["tok_s"])
+    lo, hi = bootstrap_ratio_ci(cand["tok_s"], ctrl["tok_s"], paired=paired, level=ci_level,
+                                resamples=resamples, seed=seed)
+    floor = 1 - threshold
+    passed = ratio >= floor and lo >= floor
+    reason = (f"candidate/control decode tok/s = {ratio:.3f} (CI{ci_level:.0%} {lo:.3f}..{hi:.3f}); "
+              f"{'pass' if passed else 'FAIL'}: needs ratio and CI low >= {floor:.3f}")
+    return {"kind": "rollout-ab", **provenance(endpoints),
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "endpoints": endpoints, "emulated": any(e["emulated"] for e in endpoints),
+            "context_tokens": context_tokens, "max_new_tokens": max_new_tokens, "rounds": rounds, "seed": seed,
+            "threshold": threshold, "order": order, "warm": warm,
+            "control_source": "live" if paired else "recorded",
+            "candidate": cand, "control": ctrl,
+            "ratio": ratio, "ci": {"low": lo, "high": hi, "level": ci_level, "resamples": resamples,
+                                   "method": "percentile bootstrap of median ratio, "
+                                             + ("paired by round" if paired else "unpaired")},
+            "passed": passed, "reason": reason}

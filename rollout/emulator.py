@@ -1,0 +1,462 @@
+"""An SGLang-0.5.23-compatible HTTP endpoint on loopback for tests and demos. Not a model.
+
+    python -m rollout.emulator --arm flash --port 30000 --data-dir reports/data [--time-scale 0.01]
+
+Speaks /health, /health_generate, /server_info, /model_info, /generate (streaming SSE and
+not, meta_info as SGLang's, logprobs), /v1/completions, /flush_cache, /metrics. Decode speed
+comes from rollout.speed_model (the recorded kernel measurements); tokens per verify step =
+the accept length. Tokens are a deterministic function of the context, so two arms agree on
+top-1 tokens and differ in logprobs by ~1e-3 (as two kernels with different reduction order
+do). Faults on demand: fail_start, hang_health, die_midstream, slower, different_tokens.
+Every response carries `X-Emulator: mla-verify` and /server_info has "emulator": true.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from rollout.launch import ARMS, BACKEND_ENV
+from rollout.speed_model import MissingMeasurements, SpeedModel
+
+FAULTS = ("fail_start", "hang_health", "die_midstream", "slower", "different_tokens")
+EMULATOR_HEADER = ("X-Emulator", "mla-verify rollout.emulator (not a real SGLang server)")
+MASK = (1 << 64) - 1
+VOCAB_LO, VOCAB_N = 1000, 30000
+
+
+def _mix(*xs: int) -> int:
+    h = 0xCBF29CE484222325
+    for x in xs:
+        h = ((h ^ (x & MASK)) * 0x100000001B3) & MASK
+        h ^= h >> 29
+    return h
+
+
+class Model:
+    """Greedy next token and its logprob as a function of the context (causal, so teacher
+    forcing and free generation agree)."""
+
+    def __init__(self, arm: str, salt: int):
+        self.arm, self.salt = arm, salt
+
+    def top1(self, ctx: list[int]) -> tuple[int, float]:
+        h = _mix(self.salt, len(ctx), *ctx[-3:])
+        lp = -((h >> 20) % 1000) / 1000 * 0.7
+        if self.arm == "flash":  # another reduction order: same argmax, logprob off by <= 1e-3
+            lp += ((h >> 40) % 201 - 100) * 1e-5
+        return VOCAB_LO + h % VOCAB_N, min(lp, 0.0)
+
+    def logprob(self, ctx: list[int], token: int) -> float:
+        top, lp = self.top1(ctx)
+        return lp if token == top else -6.0 - (_mix(token, len(ctx)) % 100) / 100
+
+
+def tokenize(text: str) -> list[int]:
+    return [VOCAB_LO + b for b in text.encode()]
+
+
+def detokenize(ids: list[int]) -> str:
+    return "".join(chr(97 + i % 26) for i in ids)
+
+
+class Emulator:
+    def __init__(self, args, speed: SpeedModel):
+        self.a, self.speed = args, speed
+        self.fault = args.fault if args.fault_arm in (None, args.arm) else None
+        self.model = Model(args.arm, 1 if self.fault == "different_tokens" else 0)
+        self.ready_at = time.monotonic() + args.startup_s
+        self.started = time.time()
+        self.draining = False
+        self.lock = threading.Lock()
+        self.inflight = 0
+        self.cache: list[tuple[int, ...]] = []
+        self.stats = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "verify_ct": 0,
+                      "last_gen_throughput": 0.0, "last_accept_length": 0.0}
+
+    def ready(self) -> bool:
+        return not self.draining and time.monotonic() >= self.ready_at
+
+    def sleep_ms(self, ms: float):
+        time.sleep(max(ms, 0.0) * self.a.time_scale / 1000.0)
+
+    def cached_prefix(self, ids: list[int]) -> int:
+        best = 0
+        with self.lock:
+            entries = list(self.cache)
+        for c in entries:
+            n = min(len(c), len(ids) - 1)  # the last token is always recomputed, as SGLang does
+            if c[:n] == tuple(ids[:n]):
+                best = max(best, n)
+            else:
+                best = max(best, next(i for i in range(n) if c[i] != ids[i]))
+        return best
+
+    def remember(self, ids: list[int]):
+        with self.lock:
+            self.cache = ([tuple(ids)] + self.cache)[:8]
+
+    def generate(self, ids: list[int], sp: dict, *, rid: str, emit, logprob: dict, streaming: bool = False):
+        """Runs one request; calls emit(new_ids, meta_info) per decode step. Returns meta_info."""
+        t0 = time.monotonic()
+        max_new = int(sp.get("max_new_tokens", 128))
+        ignore_eos = bool(sp.get("ignore_eos", False))
+        cached = self.cached_prefix(ids)
+        self.sleep_ms((len(ids) - cached) / self.a.prefill_tok_s * 1000.0)
+        ctx, out, lps, steps, finish = list(ids), [], [], 0, None
+        slow = self.a.slow_factor if self.fault == "slower" else 1.0
+        while len(out) < max_new and finish is None:
+            if out:  # the first token comes from prefill; later ones from verify steps
+                self.sleep_ms(self.speed.step_ms(len(ctx), self.a.arm) * slow)
+                steps += 1
+                want = min(max_new, 1 + int(steps * self.a.accept_length)) - len(out)
+            else:
+                want = 1
+            new = []
+            for _ in range(max(want, 1)):
+                tok, lp = self.model.top1(ctx)
+                new.append(tok), lps.append(lp), ctx.append(tok), out.append(tok)
+                if not ignore_eos and len(out) >= 4 and tok % 97 == 0:
+                    finish = {"type": "stop", "matched": tok}
+                    break
+            if self.fault == "die_midstream" and streaming and len(out) >= max(2, max_new // 2):
+                os._exit(3)  # a crash, not a clean error: the client sees the socket drop
+            emit(new, self.meta(rid, ids, out, cached, steps, None, t0))
+        finish = finish or {"type": "length", "length": max_new}
+        meta = self.meta(rid, ids, out, cached, steps, finish, t0)
+        if logprob.get("return_logprob"):
+            meta.update(self.logprobs(ids, out, lps, logprob))
+        self.remember(ids + out)
+        decode_s = time.monotonic() - t0
+        with self.lock:
+            self.stats["requests"] += 1
+            self.stats["prompt_tokens"] += len(ids)
+            self.stats["generation_tokens"] += len(out)
+            self.stats["verify_ct"] += steps
+            self.stats["last_gen_throughput"] = len(out) / decode_s if decode_s > 0 else 0.0
+            self.stats["last_accept_length"] = meta.get("spec_accept_length", 0.0)
+        return out, meta
+
+    def meta(self, rid, ids, out, cached, steps, finish, t0) -> dict:
+        m = {"id": rid, "finish_reason": finish, "prompt_tokens": len(ids), "completion_tokens": len(out),
+             "cached_tokens": cached, "reasoning_tokens": 0, "weight_version": "default", "num_retractions": 0}
+        if finish is not None:
+            m["e2e_latency"] = time.monotonic() - t0
+            if steps:
+                m.update(spec_verify_ct=steps, spec_accept_length=len(out) / steps,
+                         spec_accept_rate=(len(out) / steps - 1) / (self.a.draft_tokens - 1),
+                         spec_num_correct_drafts=len(out) - steps, spec_num_proposed_drafts=steps * (self.a.draft_tokens - 1))
+        return m
+
+    def logprobs(self, ids, out, lps, req) -> dict:
+        start = req.get("logprob_start_len", -1)
+        start = len(ids) if start is None or start < 0 else min(start, len(ids))
+        top_n = int(req.get("top_logprobs_num", 0) or 0)
+        m = {"output_token_logprobs": [[lp, t, None] for lp, t in zip(lps, out)],
+             "input_token_logprobs": [[None if p == 0 else self.model.logprob(ids[:p], ids[p]), ids[p], None]
+                                      for p in range(start, len(ids))]}
+        if top_n:
+            def top(ctx):
+                t, lp = self.model.top1(ctx)
+                return [[lp, t, None]]
+            m["input_top_logprobs"] = [None if p == 0 else top(ids[:p]) for p in range(start, len(ids))]
+            m["output_top_logprobs"] = [top(ids + out[:i]) for i in range(len(out))]
+        return m
+
+    def server_info(self) -> dict:
+        a = self.a
+        return {
+            "emulator": True,
+            "emulator_note": "rollout.emulator: an HTTP stand-in whose decode speed is modelled from "
+                             "recorded kernel measurements; no model runs here",
+            "emulated_arm": a.arm, BACKEND_ENV: a.arm, "fault": self.fault, "time_scale": a.time_scale,
+            "speed_model": self.speed.describe(), "accept_length": a.accept_length,
+            "prefill_tok_s": a.prefill_tok_s,
+            "model_path": a.model_path, "served_model_name": a.model_path, "attention_backend": "triton",
+            "page_size": 1, "tp_size": len(os.environ.get("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7").split(",")),
+            "context_length": 200000, "speculative_algorithm": "EAGLE",
+            "speculative_num_draft_tokens": a.draft_tokens, "host": a.host, "port": a.port,
+            "version": "0.5.23 (emulated)", "startup_time": self.started,
+            "internal_states": [{"avg_spec_accept_length": self.stats["last_accept_length"],
+                                 "last_gen_throughput": self.stats["last_gen_throughput"],
+                                 "memory_usage": {}, "effective_max_running_requests_per_dp": 1}],
+        }
+
+    def metrics(self) -> str:
+        s, lab = self.stats, f'model_name="{self.a.model_path}",arm="{self.a.arm}"'
+        lines = ["# HELP mla_verify_emulator 1 when this endpoint is rollout.emulator, not SGLang",
+                 "# TYPE mla_verify_emulator gauge", f"mla_verify_emulator{{{lab}}} 1"]
+        for name, kind, val in [("num_running_reqs", "gauge", self.inflight), ("num_queue_reqs", "gauge", 0),
+                                ("gen_throughput", "gauge", s["last_gen_throughput"]),
+                                ("spec_accept_length", "gauge", s["last_accept_length"]),
+                                ("num_requests_total", "counter", s["requests"]),
+                                ("prompt_tokens_total", "counter", s["prompt_tokens"]),
+                                ("generation_tokens_total", "counter", s["generation_tokens"]),
+                                ("spec_verify_calls_total", "counter", s["verify_ct"])]:
+            lines += [f"# TYPE sglang:{name} {kind}", f"sglang:{name}{{{lab}}} {val}"]
+        return "\n".join(lines) + "\n"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "mla-verify-emulator/0.1"
+    emu: Emulator  # set on the class by serve()
+
+    def log_message(self, fmt, *args):
+        if self.emu.a.verbose:
+            sys.stderr.write("emulator: " + fmt % args + "\n")
+
+    def _head(self, status: int, ctype: str, length: int | None = None):
+        self.send_response(status)
+        self.send_header(*EMULATOR_HEADER)
+        self.send_header("Content-Type", ctype)
+        if length is not None:
+            self.send_header("Content-Length", str(length))
+        self.end_headers()
+
+    def _send(self, status: int, payload):
+        body = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        self._head(status, "application/json" if not isinstance(payload, str) else "text/plain", len(body))
+        self.wfile.write(body)
+
+    def _sse(self, obj):
+        self.wfile.write(b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n")
+        self.wfile.flush()
+
+    def _body(self) -> dict:
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n) or b"{}") if n else {}
+
+    def do_GET(self):
+        self._route("GET")
+
+    def do_POST(self):
+        self._route("POST")
+
+    def _route(self, method: str):
+        emu, path = self.emu, urlsplit(self.path).path
+        try:
+            if path in ("/health", "/health_generate"):
+                if emu.fault == "hang_health":
+                    time.sleep(3600)  # never answers; the client's timeout and the deadline decide
+                if not emu.ready():
+                    return self._send(503, "")
+                if path == "/health_generate":
+                    emu.sleep_ms(emu.speed.step_ms(1, emu.a.arm))
+                return self._send(200, "")
+            if path in ("/server_info", "/get_server_info"):
+                return self._send(200, emu.server_info())
+            if path in ("/model_info", "/get_model_info"):
+                return self._send(200, {"model_path": emu.a.model_path, "tokenizer_path": emu.a.model_path,
+                                        "served_model_name": emu.a.model_path, "is_generation": True,
+                                        "preferred_sampling_params": None, "weight_version": "default",
+                                        "model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"],
+                                        "emulator": True})
+            if path == "/metrics":
+                return self._send(200, emu.metrics())
+            if path == "/flush_cache":
+                if emu.inflight:
+                    return self._send(400, "Cache not flushed: requests are running.\n")
+                with emu.lock:
+                    emu.cache.clear()
+                return self._send(200, "Cache flushed.\n")
+            if not emu.ready():
+                return self._send(503, {"error": {"message": "server is starting or draining"}})
+            if method == "POST" and path == "/generate":
+                return self._generate(self._body())
+            if method == "POST" and path == "/v1/completions":
+                return self._completions(self._body())
+            return self._send(404, {"detail": "Not Found"})
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except (ValueError, TypeError, KeyError) as e:
+            self._send(400, {"error": {"message": f"{type(e).__name__}: {e}"}})
+
+    def _run(self, ids, sp, rid, stream, logprob, on_chunk):
+        emu = self.emu
+        with emu.lock:
+            emu.inflight += 1
+        try:
+            return emu.generate(ids, sp, rid=rid, emit=on_chunk if stream else (lambda *_: None), logprob=logprob,
+                                streaming=stream)
+        finally:
+            with emu.lock:
+                emu.inflight -= 1
+
+    def _generate(self, req: dict):
+        if "input_ids" in req:
+            ids = req["input_ids"]
+        elif "text" in req:
+            ids = tokenize(req["text"]) if isinstance(req["text"], str) else req["text"]
+        else:
+            raise ValueError("one of text or input_ids is required")
+        if not ids or not all(isinstance(i, int) for i in ids):
+            raise ValueError("batched or empty requests are not emulated: send one prompt")
+        rid = req.get("rid") or uuid.uuid4().hex
+        sp, stream = req.get("sampling_params") or {}, bool(req.get("stream"))
+        all_out: list[int] = []
+        if stream:
+            self._head(200, "text/event-stream")
+
+            def on_chunk(new, meta):
+                all_out.extend(new)
+                self._sse({"text": detokenize(all_out), "output_ids": list(all_out), "meta_info": meta, "index": 0})
+        else:
+            on_chunk = None
+        out, meta = self._run(ids, sp, rid, stream, req, on_chunk)
+        if stream:
+            self._sse({"text": detokenize(out), "output_ids": out, "meta_info": meta, "index": 0})
+            self._sse(b"[DONE]")
+        else:
+            self._send(200, {"text": detokenize(out), "output_ids": out, "meta_info": meta})
+
+    def _completions(self, req: dict):
+        prompt = req.get("prompt")
+        ids = tokenize(prompt) if isinstance(prompt, str) else prompt
+        if not ids or not all(isinstance(i, int) for i in ids):
+            raise ValueError("prompt must be a string or a list of token ids")
+        sp = {"max_new_tokens": req.get("max_tokens", 16), "ignore_eos": req.get("ignore_eos", False)}
+        cid, stream = "cmpl-" + uuid.uuid4().hex, bool(req.get("stream"))
+        base = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": self.emu.a.model_path}
+        if stream:
+            self._head(200, "text/event-stream")
+
+            def on_chunk(new, meta):
+                self._sse({**base, "choices": [{"index": 0, "text": detokenize(new), "logprobs": None,
+                                                "finish_reason": None}]})
+        else:
+            on_chunk = None
+        out, meta = self._run(ids, sp, cid, stream, {}, on_chunk)
+        usage = {"prompt_tokens": len(ids), "completion_tokens": len(out), "total_tokens": len(ids) + len(out)}
+        choice = {"index": 0, "text": "" if stream else detokenize(out), "logprobs": None,
+                  "finish_reason": meta["finish_reason"]["type"]}
+        if stream:
+            self._sse({**base, "choices": [choice], "usage": usage})
+            self._sse(b"[DONE]")
+        else:
+            self._send(200, {**base, "choices": [choice], "usage": usage})
+
+
+def serve(args) -> int:
+    try:
+        speed = SpeedModel(args.data_dir, fixed_ms=args.fixed_ms)
+    except MissingMeasurements as e:
+        print(f"emulator: {e}", file=sys.stderr)
+        return 2
+    fault = args.fault if args.fault_arm in (None, args.arm) else None
+    if fault == "fail_start":
+        time.sleep(min(args.startup_s, 1.0))
+        print(f"emulator: arm {args.arm}: emulated startup failure (fault fail_start)", file=sys.stderr)
+        return 1
+    emu = Emulator(args, speed)
+    Handler.emu = emu
+    httpd = ThreadingHTTPServer((args.host, args.port), Handler)
+    httpd.daemon_threads = True
+    args.port = httpd.server_address[1]
+    stop = threading.Event()
+
+    def on_term(signum, frame):
+        # SGLang's drain: health goes 503 at once, in-flight requests finish, then exit.
+        emu.draining = True
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    print(f"listening on http://{args.host}:{args.port} arm={args.arm} (emulator)", flush=True)
+    stop.wait()
+    t0 = time.monotonic()
+    while emu.inflight and time.monotonic() - t0 < args.drain_s:
+        time.sleep(0.02)
+    httpd.shutdown()
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m rollout.emulator", description=__doc__.split("\n\n")[0])
+    p.add_argument("--arm", choices=ARMS, default=os.environ.get(BACKEND_ENV, "triton"),
+                   help=f"which verify attention to emulate (default: ${BACKEND_ENV} or triton)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000, help="0 = any free port (printed on stdout)")
+    p.add_argument("--data-dir", default="reports/data", help="where bench-*.json and sglang-integration-*.json are")
+    p.add_argument("--time-scale", type=float, default=1.0, help="multiply every emulated delay (tests: 0.01)")
+    p.add_argument("--fixed-ms", type=float, default=15.0, help="assumed non-attention time per decode step, ms")
+    p.add_argument("--accept-length", type=float, default=2.5, help="tokens per verify step (assumed)")
+    p.add_argument("--draft-tokens", type=int, default=8)
+    p.add_argument("--prefill-tok-s", type=float, default=8000.0, help="assumed prefill speed, tokens/s")
+    p.add_argument("--startup-s", type=float, default=0.0, help="real seconds of 503 before ready (weights, graphs)")
+    p.add_argument("--drain-s", type=float, default=30.0, help="on SIGTERM, wait this long for in-flight requests")
+    p.add_argument("--fault", choices=FAULTS, default=None)
+    p.add_argument("--fault-arm", choices=ARMS, default=None, help="apply --fault only when running as this arm")
+    p.add_argument("--slow-factor", type=float, default=10.0, help="fault 'slower': decode steps take this many times longer")
+    p.add_argument("--model-path", default="emulated/Kimi-K2")
+    p.add_argument("--verbose", action="store_true")
+    return p
+
+
+class EmulatorHandle:
+    """A running emulator process: .url, .pid, .stop(); a context manager."""
+
+    def __init__(self, proc: subprocess.Popen, url: str, log):
+        self.proc, self.url, self.pid, self._log = proc, url, proc.pid, log
+
+    def stop(self, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start_emulator(arm: str, *, port: int = 0, data_dir="reports/data", time_scale: float = 1.0,
+                   fault: str | None = None, extra_args: list[str] | None = None,
+                   ready_timeout: float = 30.0) -> EmulatorHandle:
+    """Start `python -m rollout.emulator` as a child process and wait until it listens.
+
+    A separate process, so fault 'die_midstream' kills the emulator and not the caller.
+    Raises RuntimeError with the emulator's stderr if it does not come up (no measurements,
+    fault 'fail_start').
+    """
+    if arm not in ARMS:
+        raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
+    if fault is not None and fault not in FAULTS:
+        raise ValueError(f"fault must be one of {FAULTS} or None, got {fault!r}")
+    argv = [sys.executable, "-m", "rollout.emulator", "--arm", arm, "--port", str(port), "--data-dir", str(data_dir),
+            "--time-scale", str(time_scale)] + (["--fault", fault] if fault else []) + list(extra_args or [])
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(ready_timeout)
+    if not line or not line[0].startswith("listening on "):
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        log.seek(0)
+        err = log.read().strip()
+        log.close()
+        raise RuntimeError(f"emulator (arm {arm}) did not start: exit {proc.returncode}: {err or 'no output'}")
+    return EmulatorHandle(proc, line[0].split()[2], log)
+
+
+if __name__ == "__main__":
+    sys.exit(serve(parser().parse_args()))

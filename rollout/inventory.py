@@ -1,0 +1,237 @@
+"""Inventory: the GPU groups of a service and how to start and stop each one (TOML).
+
+    [rollout]   canary, startup_deadline_s, drain_deadline_s, state_dir, results_dir, rollback_all
+    [launch]    parameters of the default SGLang launch template (rollout/launch.py)
+    [gates]     numerics and speed thresholds
+    [[group]]   name, host, port, gpus, launcher = "local" | "systemd" | "command", and
+                local: command (optional argv, default the launch template)
+                systemd: unit (may hold {backend}), ssh (optional destination), user (bool)
+                command: start, stop (shell templates), status (optional, exit 0 = running)
+
+Every error names the file, the group and the field, so a typo is fixed in one read.
+"""
+from __future__ import annotations
+
+import socket
+import string
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rollout.launch import DEFAULTS as LAUNCH_DEFAULTS
+
+LAUNCHERS = ("local", "systemd", "command")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+# field -> (type, default); a default of REQUIRED makes the field mandatory.
+REQUIRED = object()
+ROLLOUT_FIELDS = {
+    "canary": (str, None),
+    "startup_deadline_s": (float, 1200.0),  # CUDA-graph capture at 200k context takes minutes
+    "drain_deadline_s": (float, 600.0),
+    "health_timeout_s": (float, 30.0),
+    "state_dir": (str, ".rollout"),
+    "results_dir": (str, "reports/data"),
+    "rollback_all": (bool, False),
+}
+GATE_FIELDS = {
+    "numerics_prompts": (int, 8),
+    "numerics_prompt_tokens": (int, 64),
+    "numerics_new_tokens": (int, 16),
+    "min_top1_agreement": (float, 0.95),
+    "max_mean_abs_logprob_diff": (float, 0.05),
+    "context_tokens": (int, 185000),
+    "rounds": (int, 5),
+    "max_new_tokens": (int, 32),
+    "speed_threshold": (float, 0.02),
+    "ci_level": (float, 0.95),
+    "seed": (int, 0),
+    "request_timeout_s": (float, 900.0),
+}
+GROUP_FIELDS = {
+    "name": (str, REQUIRED),
+    "host": (str, REQUIRED),
+    "port": (int, REQUIRED),
+    "gpus": (list, REQUIRED),
+    "launcher": (str, REQUIRED),
+    "command": (list, None),
+    "unit": (str, None),
+    "ssh": (str, None),
+    "user": (bool, False),
+    "start": (str, None),
+    "stop": (str, None),
+    "status": (str, None),
+}
+LAUNCHER_REQUIRES = {"local": (), "systemd": ("unit",), "command": ("start", "stop")}
+LAUNCHER_ALLOWS = {"local": ("command",), "systemd": ("unit", "ssh", "user"),
+                   "command": ("start", "stop", "status")}
+COMMAND_PLACEHOLDERS = {"name", "host", "port", "gpus", "backend", "launch", "env"}
+LOCAL_PLACEHOLDERS = {"python", "name", "host", "port", "gpus", "tp_size", "backend"} | set(LAUNCH_DEFAULTS)
+
+
+class InventoryError(ValueError):
+    pass
+
+
+@dataclass
+class Group:
+    name: str
+    host: str
+    port: int
+    gpus: list[int]
+    launcher: str
+    command: list[str] | None = None
+    unit: str | None = None
+    ssh: str | None = None
+    user: bool = False
+    start: str | None = None
+    stop: str | None = None
+    status: str | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+@dataclass
+class Inventory:
+    path: Path
+    groups: list[Group]
+    launch: dict
+    settings: dict
+    gates: dict
+    state_dir: Path = field(init=False)
+    results_dir: Path = field(init=False)
+
+    def __post_init__(self):
+        # state lives beside the inventory (one service, one state); results beside the repo.
+        self.state_dir = (self.path.parent / self.settings["state_dir"]).resolve()
+        self.results_dir = Path(self.settings["results_dir"]).resolve()
+
+    def group(self, name: str) -> Group:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise InventoryError(f"{self.path}: no group named {name!r} (groups: {', '.join(g.name for g in self.groups)})")
+
+    def order(self, canary: str | None = None) -> list[str]:
+        """Group names in rollout order: the canary first, then the inventory's order."""
+        first = self.group(canary or self.settings["canary"] or self.groups[0].name).name
+        return [first] + [g.name for g in self.groups if g.name != first]
+
+
+def _check(value, typ, where: str):
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
+    if not ok:
+        raise InventoryError(f"{where}: must be {typ.__name__}, got {value!r}")
+    return value
+
+
+def _table(raw: dict, fields: dict, where: str) -> dict:
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise InventoryError(f"{where}: field {unknown[0]!r}: unknown field (known: {', '.join(fields)})")
+    out = {}
+    for name, (typ, default) in fields.items():
+        if name not in raw:
+            if default is REQUIRED:
+                raise InventoryError(f"{where}: field {name!r}: missing")
+            out[name] = default
+        else:
+            out[name] = _check(raw[name], typ, f"{where}: field {name!r}")
+    return out
+
+
+def _placeholders(template: str) -> set[str]:
+    return {f for _, f, _, _ in string.Formatter().parse(template) if f}
+
+
+def _group(raw, i: int, path: Path) -> Group:
+    label = raw.get("name") if isinstance(raw, dict) and isinstance(raw.get("name"), str) else f"#{i + 1}"
+    where = f"{path}: group {label!r}"
+    if not isinstance(raw, dict):
+        raise InventoryError(f"{where}: must be a table ([[group]])")
+    v = _table(raw, GROUP_FIELDS, where)
+    if not 1 <= v["port"] <= 65535:
+        raise InventoryError(f"{where}: field 'port': must be 1..65535, got {v['port']}")
+    if not v["gpus"] or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in v["gpus"]):
+        raise InventoryError(f"{where}: field 'gpus': must be a non-empty list of GPU ids >= 0, got {v['gpus']!r}")
+    if len(set(v["gpus"])) != len(v["gpus"]):
+        raise InventoryError(f"{where}: field 'gpus': lists a GPU twice: {v['gpus']!r}")
+    kind = v["launcher"]
+    if kind not in LAUNCHERS:
+        raise InventoryError(f"{where}: field 'launcher': unknown launcher {kind!r} (known: {', '.join(LAUNCHERS)})")
+    for name in LAUNCHER_REQUIRES[kind]:
+        if v[name] is None:
+            raise InventoryError(f"{where}: field {name!r}: missing (launcher {kind!r} needs it)")
+    for name in ("command", "unit", "ssh", "start", "stop", "status"):
+        if v[name] not in (None, False) and name not in LAUNCHER_ALLOWS[kind]:
+            raise InventoryError(f"{where}: field {name!r}: not used by launcher {kind!r}")
+    if kind == "local":
+        if v["host"] not in LOCAL_HOSTS and v["host"] != socket.gethostname():
+            raise InventoryError(f"{where}: field 'host': launcher 'local' runs on this machine, got {v['host']!r}")
+        if v["command"] is not None:
+            if not v["command"] or not all(isinstance(a, str) for a in v["command"]):
+                raise InventoryError(f"{where}: field 'command': must be a non-empty list of strings")
+            bad = set().union(*map(_placeholders, v["command"])) - LOCAL_PLACEHOLDERS
+            if bad:
+                raise InventoryError(f"{where}: field 'command': unknown placeholder {{{sorted(bad)[0]}}}")
+    if kind == "systemd" and (_placeholders(v["unit"]) - {"backend", "name"} or "backend" not in _placeholders(v["unit"])):
+        # One unit instance per arm (Environment=MLA_VERIFY_BACKEND=%i) makes the arm visible
+        # to systemctl, so stop/start/is-active never guess which backend is running.
+        raise InventoryError(f"{where}: field 'unit': must hold {{backend}} (e.g. 'sglang-{{name}}@{{backend}}.service') "
+                             f"and no other placeholder but {{name}}, got {v['unit']!r}")
+    if kind == "command":
+        for name in ("start", "stop", "status"):
+            if v[name] is not None and _placeholders(v[name]) - COMMAND_PLACEHOLDERS:
+                bad = sorted(_placeholders(v[name]) - COMMAND_PLACEHOLDERS)[0]
+                raise InventoryError(f"{where}: field {name!r}: unknown placeholder {{{bad}}} "
+                                     f"(known: {', '.join(sorted(COMMAND_PLACEHOLDERS))})")
+    return Group(**v)
+
+
+def load(path: str | Path) -> Inventory:
+    """Read and validate an inventory file; raises InventoryError naming file, group, field."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InventoryError(f"{path}: inventory file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InventoryError(f"{path}: not valid TOML: {e}") from None
+    unknown = sorted(set(raw) - {"rollout", "launch", "gates", "group"})
+    if unknown:
+        raise InventoryError(f"{path}: table [{unknown[0]}]: unknown (known: rollout, launch, gates, group)")
+    settings = _table(raw.get("rollout", {}), ROLLOUT_FIELDS, f"{path}: [rollout]")
+    gates = _table(raw.get("gates", {}), GATE_FIELDS, f"{path}: [gates]")
+    if gates["rounds"] < 5:
+        raise InventoryError(f"{path}: [gates]: field 'rounds': at least 5 interleaved rounds, got {gates['rounds']}")
+    launch = raw.get("launch", {})
+    unknown = sorted(set(launch) - set(LAUNCH_DEFAULTS))
+    if unknown:
+        raise InventoryError(f"{path}: [launch]: field {unknown[0]!r}: unknown (known: {', '.join(LAUNCH_DEFAULTS)})")
+    groups_raw = raw.get("group")
+    if not isinstance(groups_raw, list) or not groups_raw:
+        raise InventoryError(f"{path}: field 'group': missing (at least one [[group]] table)")
+    groups = [_group(g, i, path) for i, g in enumerate(groups_raw)]
+    seen_name, seen_addr, seen_gpu = {}, {}, {}
+    for g in groups:
+        where = f"{path}: group {g.name!r}"
+        if g.name in seen_name:
+            raise InventoryError(f"{where}: field 'name': duplicate group name")
+        seen_name[g.name] = g
+        host = "127.0.0.1" if g.host in LOCAL_HOSTS else g.host
+        if (host, g.port) in seen_addr:
+            raise InventoryError(f"{where}: field 'port': {g.host}:{g.port} is already used by group {seen_addr[host, g.port]!r}")
+        seen_addr[host, g.port] = g.name
+        for gpu in g.gpus:
+            if (host, gpu) in seen_gpu:
+                raise InventoryError(f"{where}: field 'gpus': GPU {gpu} on host {g.host!r} is already used by group {seen_gpu[host, gpu]!r}")
+            seen_gpu[host, gpu] = g.name
+    inv = Inventory(path=path.resolve(), groups=groups, launch=launch, settings=settings, gates=gates)
+    if settings["canary"] is not None and settings["canary"] not in seen_name:
+        raise InventoryError(f"{path}: [rollout]: field 'canary': no group named {settings['canary']!r}")
+    return inv

@@ -1,0 +1,52 @@
+"""`plan`: every step a canary + promote would take, with commands and thresholds. Dry run:
+it reads the inventory and nothing else (no lock, no state, no HTTP, no process)."""
+from __future__ import annotations
+
+from rollout.engine import CANDIDATE, CONTROL
+from rollout.inventory import Inventory
+from rollout.launch import BACKEND_ENV
+from rollout.launchers import make_launcher
+
+
+def plan_lines(inv: Inventory, canary: str | None = None, rollback_all: bool = False) -> list[str]:
+    """Raises ValueError when a launch command cannot be rendered (e.g. model_path unset)."""
+    s, gt = inv.settings, inv.gates
+    order = inv.order(canary)
+    lines = [f"plan for {inv.path} (dry run: nothing is started, stopped, locked or written)",
+             f"candidate arm {CANDIDATE} ({BACKEND_ENV}={CANDIDATE}), control arm {CONTROL} ({BACKEND_ENV}={CONTROL})",
+             f"order: {order[0]} (canary), " + ", ".join(order[1:]) if len(order) > 1 else f"order: {order[0]} (canary)",
+             f"state {inv.state_dir}, results {inv.results_dir}/rollout-<id>.json",
+             f"deadlines: startup {s['startup_deadline_s']:.0f} s, drain {s['drain_deadline_s']:.0f} s, "
+             f"health requests {s['health_timeout_s']:.0f} s"]
+    n = 0
+
+    def step(text: str):
+        nonlocal n
+        n += 1
+        lines.append(f"{n:3d}. {text}")
+
+    for i, name in enumerate(order):
+        g, launcher = inv.group(name), make_launcher(inv.group(name), inv)
+        peers = [o for o in order[i + 1:]]
+        control = f"control group {peers[0]} ({inv.group(peers[0]).url})" if peers else \
+            f"the control outputs and speed samples recorded during the canary"
+        step(f"preflight: GET /health on every group ({', '.join(inv.order(canary))}) answers 200, "
+             f"so at most one group is ever out of service")
+        if hasattr(launcher, "describe_unit"):
+            lines.append(f"     note: {launcher.describe_unit()}")
+        step(f"[{name}] drain and stop ({CONTROL}): {launcher.describe_stop(CONTROL)}")
+        step(f"[{name}] start ({CANDIDATE}) on GPUs {g.gpus}: {launcher.describe_start(CANDIDATE)}")
+        step(f"[{name}] gate starts: {g.url}/health answers 200 within {s['startup_deadline_s']:.0f} s")
+        step(f"[{name}] gate health_generate: GET {g.url}/health_generate answers 200")
+        step(f"[{name}] gate numerics vs {control}: {gt['numerics_prompts']} prompts of "
+             f"{gt['numerics_prompt_tokens']} tokens, {gt['numerics_new_tokens']} greedy tokens, teacher-forced; "
+             f"top-1 agreement >= {gt['min_top1_agreement']}, mean |dlogprob| <= {gt['max_mean_abs_logprob_diff']}")
+        step(f"[{name}] gate speed vs {control}: {gt['rounds']} interleaved rounds, {gt['context_tokens']} tokens of "
+             f"context (prefix cache warmed), {gt['max_new_tokens']} streamed tokens, ignore_eos; pass if median "
+             f"ratio and CI{gt['ci_level']:.0%} low >= {1 - gt['speed_threshold']:.3f}")
+        if i == 0:
+            lines.append(f"     pause: the canary is done; `python -m rollout promote` continues (or canary --promote)")
+    lines.append(f"on a failed gate: stop the group, start it on {CONTROL}, gates starts + health_generate"
+                 + (", then the same for every group this rollout changed" if rollback_all or s["rollback_all"] else "")
+                 + "; exit 3 with the reason")
+    return lines

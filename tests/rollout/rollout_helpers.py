@@ -1,0 +1,105 @@
+"""Helpers for the rollout tests: free ports, an emulator fleet under a tmp inventory, and a
+runner for `python -m rollout` as a real subprocess. (Unique module name: pytest puts every
+test folder on sys.path.)"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+REPO = Path(__file__).resolve().parents[2]
+TIME_SCALE = "0.2"
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run_tool(inv: Path, *args, timeout: float = 90, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rollout", *args, "--inventory", str(inv)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def start_tool(inv: Path, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rollout", *args, "--inventory", str(inv)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+class Fleet:
+    """N emulator groups (local launcher) described by an inventory in tmp_path."""
+
+    def __init__(self, tmp_path: Path, data_dir: Path, n: int = 3, extra: dict | None = None,
+                 gates: dict | None = None, settings: dict | None = None):
+        self.tmp, self.names = tmp_path, [f"g{i}" for i in range(n)]
+        self.ports = free_ports(n)
+        self.results = tmp_path / "results"
+        self.inv = tmp_path / "inventory.toml"
+        self.state_dir = tmp_path / ".rollout"
+        rollout = {"startup_deadline_s": 20, "drain_deadline_s": 5, "health_timeout_s": 5,
+                   "results_dir": str(self.results), **(settings or {})}
+        gates = {"context_tokens": 2048, "max_new_tokens": 24, "numerics_prompts": 4, **(gates or {})}
+        lines = ["[rollout]"] + [f"{k} = {json.dumps(v)}" for k, v in rollout.items()]
+        lines += ["[gates]"] + [f"{k} = {json.dumps(v)}" for k, v in gates.items()]
+        for i, (name, port) in enumerate(zip(self.names, self.ports)):
+            cmd = ["{python}", "-m", "rollout.emulator", "--port", "{port}", "--data-dir", str(data_dir),
+                   "--time-scale", TIME_SCALE] + list((extra or {}).get(name, []))
+            lines += ["[[group]]", f'name = "{name}"', 'host = "127.0.0.1"', f"port = {port}",
+                      f"gpus = [{2 * i}, {2 * i + 1}]", 'launcher = "local"', f"command = {json.dumps(cmd)}"]
+        self.inv.write_text("\n".join(lines) + "\n")
+
+    def up(self):
+        r = run_tool(self.inv, "up")
+        assert r.returncode == 0, r.stderr
+        return r
+
+    def state(self) -> dict:
+        return json.loads((self.state_dir / "state.json").read_text())
+
+    def audit(self) -> list[dict]:
+        p = self.state_dir / "audit.jsonl"
+        return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+    def events(self, event: str, **match) -> list[dict]:
+        return [a for a in self.audit() if a["event"] == event and all(a.get(k) == v for k, v in match.items())]
+
+    def server_info(self, name: str) -> dict:
+        from rollout.client import get_json
+        return get_json(f"http://127.0.0.1:{self.ports[self.names.index(name)]}", "/server_info", timeout=5)
+
+    def arm(self, name: str) -> str:
+        return self.server_info(name)["emulated_arm"]
+
+    def result(self) -> dict:
+        files = sorted(self.results.glob("rollout-*.json"))
+        assert len(files) == 1, files
+        return json.loads(files[0].read_text())
+
+    def kill_all(self):
+        for f in (self.state_dir / "pids").glob("*.json"):
+            pid = json.loads(f.read_text())["pid"]
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+
+
+def wait_for(pred, timeout: float = 30, every: float = 0.02):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout} s")

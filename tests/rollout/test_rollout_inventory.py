@@ -1,0 +1,153 @@
+"""Every bad inventory gets an error naming the file, the group and the field."""
+import socket
+
+import pytest
+
+from rollout_helpers import REPO, run_tool
+from rollout.inventory import InventoryError, load
+
+GOOD = '''
+[rollout]
+startup_deadline_s = 900
+[launch]
+model_path = "/models/Kimi-K2"
+draft_model_path = "/models/Kimi-K2-eagle"
+[[group]]
+name = "a"
+host = "gpu1"
+port = 30000
+gpus = [0, 1, 2, 3]
+launcher = "systemd"
+unit = "sglang-{name}@{backend}.service"
+ssh = "ops@gpu1"
+[[group]]
+name = "b"
+host = "gpu1"
+port = 30001
+gpus = [4, 5, 6, 7]
+launcher = "command"
+start = "kubectl exec {host} -- env {env} {launch}"
+stop = "kubectl exec {host} -- pkill -TERM -f 'port {port}'"
+[[group]]
+name = "c"
+host = "127.0.0.1"
+port = 30002
+gpus = [0, 1]
+launcher = "local"
+'''
+
+
+def write(tmp_path, text):
+    p = tmp_path / "inv.toml"
+    p.write_text(text)
+    return p
+
+
+def test_good_inventory_loads(tmp_path):
+    inv = load(write(tmp_path, GOOD))
+    assert [g.name for g in inv.groups] == ["a", "b", "c"]
+    assert inv.settings["startup_deadline_s"] == 900.0 and inv.settings["drain_deadline_s"] == 600.0
+    assert inv.gates["context_tokens"] == 185000 and inv.gates["rounds"] == 5
+    assert inv.order() == ["a", "b", "c"] and inv.order("c") == ["c", "a", "b"]
+    assert inv.state_dir == (tmp_path / ".rollout").resolve()
+    assert inv.group("c").url == "http://127.0.0.1:30002"
+
+
+def test_defaults_give_20_minute_startup_deadline(tmp_path):
+    inv = load(write(tmp_path, GOOD.replace("startup_deadline_s = 900", "")))
+    assert inv.settings["startup_deadline_s"] == 1200.0
+
+
+def group_b_with(field_line_old, field_line_new):
+    return GOOD.replace(field_line_old, field_line_new, 1)
+
+
+BAD = [
+    # (id, transform of GOOD, group named in the message, field named in the message)
+    ("duplicate gpu", lambda s: s.replace("gpus = [4, 5, 6, 7]", "gpus = [3, 4, 5, 6]"), "b", "gpus"),
+    ("duplicate port", lambda s: s.replace("port = 30001", "port = 30000"), "b", "port"),
+    ("duplicate port localhost alias", lambda s: s.replace('host = "127.0.0.1"\nport = 30002',
+                                                           'host = "localhost"\nport = 30002') +
+     '[[group]]\nname = "d"\nhost = "127.0.0.1"\nport = 30002\ngpus = [7]\nlauncher = "local"\n', "d", "port"),
+    ("duplicate name", lambda s: s.replace('name = "b"', 'name = "a"'), "a", "name"),
+    ("gpu listed twice", lambda s: s.replace("gpus = [0, 1]", "gpus = [1, 1]"), "c", "gpus"),
+    ("empty gpus", lambda s: s.replace("gpus = [0, 1]", "gpus = []"), "c", "gpus"),
+    ("negative gpu", lambda s: s.replace("gpus = [0, 1]", "gpus = [-1]"), "c", "gpus"),
+    ("missing host", lambda s: s.replace('host = "gpu1"\nport = 30001\n', 'port = 30001\n'), "b", "host"),
+    ("missing port", lambda s: s.replace("port = 30001\n", ""), "b", "port"),
+    ("missing gpus", lambda s: s.replace("gpus = [4, 5, 6, 7]\n", ""), "b", "gpus"),
+    ("missing launcher", lambda s: s.replace('launcher = "local"\n', ""), "c", "launcher"),
+    ("missing name", lambda s: s.replace('name = "c"\n', ""), "#3", "name"),
+    ("unknown launcher", lambda s: s.replace('launcher = "local"', 'launcher = "docker"'), "c", "launcher"),
+    ("systemd without unit", lambda s: s.replace('unit = "sglang-{name}@{backend}.service"\n', ""), "a", "unit"),
+    ("systemd unit without backend", lambda s: s.replace("@{backend}", ""), "a", "unit"),
+    ("command without stop", lambda s: s.replace("stop = \"kubectl exec {host} -- pkill -TERM -f 'port {port}'\"\n", ""),
+     "b", "stop"),
+    ("command unknown placeholder", lambda s: s.replace("{launch}", "{lanch}"), "b", "start"),
+    ("field of another launcher", lambda s: s.replace('launcher = "local"', 'launcher = "local"\nunit = "x@{backend}"'),
+     "c", "unit"),
+    ("unknown field", lambda s: s.replace("gpus = [0, 1]", "gpus = [0, 1]\ngpu_ids = [0]"), "c", "gpu_ids"),
+    ("port wrong type", lambda s: s.replace("port = 30002", 'port = "30002"'), "c", "port"),
+    ("port out of range", lambda s: s.replace("port = 30002", "port = 70000"), "c", "port"),
+    ("local launcher on another host", lambda s: s.replace('host = "127.0.0.1"', 'host = "gpu9"'), "c", "host"),
+    ("local command unknown placeholder",
+     lambda s: s.replace('launcher = "local"', 'launcher = "local"\ncommand = ["python", "--gpu", "{gpu}"]'), "c", "command"),
+]
+
+
+@pytest.mark.parametrize("case,transform,group,field", BAD, ids=[b[0] for b in BAD])
+def test_bad_inventory_names_file_group_field(tmp_path, case, transform, group, field):
+    text = transform(GOOD)
+    assert text != GOOD, f"case {case} did not change the inventory"
+    path = write(tmp_path, text)
+    with pytest.raises(InventoryError) as e:
+        load(path)
+    msg = str(e.value)
+    assert str(path) in msg and f"group '{group}'" in msg and f"field '{field}'" in msg, msg
+
+
+@pytest.mark.parametrize("text,where,field", [
+    ("[[group]]\nname = 'a'\n[rollout]\nstartup_deadline = 5\n", "[rollout]", "startup_deadline"),
+    ("[gates]\nrounds = 3\n", "[gates]", "rounds"),
+    ("[launch]\nmodel = 'x'\n", "[launch]", "model"),
+    ("[rollout]\ncanary = 'zz'\n" + GOOD.split("[launch]")[1].split("\n", 3)[3], "[rollout]", "canary"),
+    ("[rollout]\n", "", "group"),
+])
+def test_bad_tables_name_file_table_field(tmp_path, text, where, field):
+    path = write(tmp_path, text)
+    with pytest.raises(InventoryError) as e:
+        load(path)
+    msg = str(e.value)
+    assert str(path) in msg and where in msg and f"'{field}'" in msg, msg
+
+
+def test_not_toml_and_missing_file(tmp_path):
+    with pytest.raises(InventoryError, match="not valid TOML"):
+        load(write(tmp_path, "[[group]\n"))
+    with pytest.raises(InventoryError, match="inventory file not found"):
+        load(tmp_path / "nope.toml")
+
+
+def test_same_gpu_ids_on_different_hosts_are_fine(tmp_path):
+    text = GOOD.replace('host = "gpu1"\nport = 30001', 'host = "gpu2"\nport = 30001').replace(
+        "gpus = [4, 5, 6, 7]", "gpus = [0, 1, 2, 3]")
+    assert len(load(write(tmp_path, text)).groups) == 3
+
+
+def test_local_launcher_accepts_this_hostname(tmp_path):
+    text = GOOD.replace('host = "127.0.0.1"', f'host = "{socket.gethostname()}"')
+    assert load(write(tmp_path, text)).group("c").host == socket.gethostname()
+
+
+def test_cli_reports_bad_inventory_with_exit_1(tmp_path):
+    path = write(tmp_path, GOOD.replace('launcher = "local"', 'launcher = "docker"'))
+    for verb in ("plan", "canary"):
+        r = run_tool(path, verb)
+        assert r.returncode == 1
+        assert "bad inventory" in r.stderr and str(path) in r.stderr and "'launcher'" in r.stderr
+    assert not (tmp_path / ".rollout").exists()
+
+
+def test_example_inventory_in_repo_is_valid():
+    inv = load(REPO / "rollout" / "inventory.example.toml")
+    assert len(inv.groups) >= 2
