@@ -29,7 +29,7 @@ def plan_lines(inv: Inventory, canary: str | None = None, rollback_all: bool = F
         g, launcher = inv.group(name), make_launcher(inv.group(name), inv)
         peers = [o for o in order[i + 1:]]
         control = f"control group {peers[0]} ({inv.group(peers[0]).url})" if peers else \
-            f"the control outputs and speed samples recorded during the canary"
+            "the control outputs and speed samples recorded during the canary"
         step(f"preflight: GET /health on every group ({', '.join(inv.order(canary))}) answers 200, "
              f"so at most one group is ever out of service")
         if hasattr(launcher, "describe_unit"):
@@ -45,7 +45,7 @@ def plan_lines(inv: Inventory, canary: str | None = None, rollback_all: bool = F
              f"context (prefix cache warmed), {gt['max_new_tokens']} streamed tokens, ignore_eos; pass if median "
              f"ratio and CI{gt['ci_level']:.0%} low >= {1 - gt['speed_threshold']:.3f}")
         if i == 0:
-            lines.append(f"     pause: the canary is done; `python -m rollout promote` continues (or canary --promote)")
+            lines.append("     pause: the canary is done; `python -m rollout promote` continues (or canary --promote)")
     lines.append(f"on a failed gate: stop the group, start it on {CONTROL}, gates starts + health_generate"
                  + (", then the same for every group this rollout changed" if rollback_all or s["rollback_all"] else "")
                  + "; exit 3 with the reason")

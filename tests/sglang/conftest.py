@@ -12,7 +12,6 @@ import tempfile
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model path below is a local config
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
 from sglang.srt import runtime_context  # noqa: E402
 from sglang.srt.plugins import load_plugins  # noqa: E402

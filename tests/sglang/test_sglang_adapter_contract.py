@@ -3,7 +3,6 @@ verify_shared_kv_fwd, and no device work of its own (no host sync, no allocation
 import inspect
 import types
 
-import torch
 from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
 from torch.utils._python_dispatch import TorchDispatchMode
 
