@@ -7,13 +7,11 @@
 // tokens (rows of k_extend); the tree mask applies to the draft part only.
 //
 // Only sm_80-class instructions: mma.sync m16n8k16 bf16 (fp32 accumulate), ldmatrix,
-// cp.async. 8 warps, and per 16-token KV tile three steps:
-//   QK^T:    warp (hh, qq) keeps Q[32 rows, its 144 dims (128 latent + 16 rope)] in registers
-//            and computes a partial S over those dims: each K fragment feeds two m-tiles.
-//   softmax: the four partials of a row are summed from shared memory by one quad, which
-//            keeps the row's running max and sum and writes P (bf16) to shared memory.
-//   PV:      O^T = V^T P^T: warp w accumulates O^T[its 64 output dims, all 64 rows] in
-//            registers, so every V element is read from shared memory once per CTA.
+// cp.async. 8 warps: warp w owns row group r = w & 3 (16 rows) and half c = w >> 2.
+//   QK^T: warp (r, c) keeps Q[16 rows, its 288 dims (256 latent + 32 rope)] in registers and
+//         computes a partial S over those dims; the two halves swap partials through shared
+//         memory (a 64-thread named barrier), so both hold the full S.
+//   PV:   warp (r, c) accumulates O[16 rows, 256 output columns] in registers.
 // The schedule (split count per request) is computed on the device from the sequence
 // lengths by every CTA, so the grid depends only on static shapes: the launch can be
 // captured in a CUDA graph and replayed with new lengths and trees.
@@ -31,19 +29,14 @@ constexpr int BN = 16;          // KV tokens per pipeline stage
 constexpr int STAGES = 4;
 constexpr int NWARPS = 8;
 constexpr int NTHREADS = NWARPS * 32;
-constexpr int KSTEPS = 9;       // 144 dims (128 latent + 16 rope) / 16 per warp quarter
-constexpr int DMT = 4;          // O^T m-tiles (16 output dims) per warp: 64 dims
-constexpr int RNT = BM / 8;     // O^T n-tiles (8 query rows): all 64 rows
+constexpr int KSTEPS = 18;      // 288 dims / 16 per warp half
+constexpr int ONT = 32;         // output n-tiles (8 columns) per warp: 256 columns
 constexpr int MIN_CHUNK = 128;  // fewest KV tokens per split: a split must outweigh its partial
 constexpr int TILE_BYTES = BN * D * 2;
 constexpr int KV_BYTES = STAGES * TILE_BYTES;
 constexpr int Q_BYTES = BM * D * 2;
-constexpr int XS_BYTES = NWARPS * 32 * 16 * 4;        // partial S: 16 floats per lane per warp
-constexpr int P_STRIDE = 24;                            // bf16 per P row: 16 + 8 pad (no bank conflicts)
-constexpr int P_BYTES = 2 * BM * P_STRIDE * 2;          // double-buffered P [64 rows][16 tokens]
-constexpr int SC_BYTES = 2 * BM * 4 + 16;               // per-row O rescale factors + a "changed" flag
-constexpr int MAIN_BYTES = KV_BYTES > Q_BYTES ? KV_BYTES : Q_BYTES;
-constexpr int SMEM_BYTES = MAIN_BYTES + XS_BYTES + P_BYTES + SC_BYTES;
+constexpr int XCHG_BYTES = 2 * NWARPS * 32 * 8 * 4;   // double-buffered partial S swap
+constexpr int SMEM_BYTES = (KV_BYTES > Q_BYTES ? KV_BYTES : Q_BYTES) + XCHG_BYTES;
 static_assert(SMEM_BYTES <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
@@ -109,6 +102,9 @@ __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ void named_bar(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Exclusive block-wide scan of one int per thread (256 threads); returns the total.
@@ -256,20 +252,14 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
   if (!plan_item(p, reinterpret_cast<int*>(smem), it)) return;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int r = warp & 3, c = warp >> 2;
   const int g = lane >> 2, qd = lane & 3;
-  // QK role: rows 32 hh .. 32 hh + 31 (two m-tiles), dims quarter qq (128 latent + 16 rope)
-  const int hh = warp >> 2, qq = warp & 3;
-  // softmax role: row sr of the tile (one quad per row), 4 of its 16 tokens per thread
-  const int sr = hh * 32 + (qq >> 1) * 16 + g + 8 * (qq & 1);
   const int H = p.H;
   const int rows = it.T * H;
   const int row_base = it.rt * BM;
   const long long grow0 = (long long)it.qo0 * H + row_base;  // flat [N*H] row of tile row 0
   __nv_bfloat16* kvs = reinterpret_cast<__nv_bfloat16*>(smem);
-  float* xs = reinterpret_cast<float*>(smem + MAIN_BYTES);
-  __nv_bfloat16* pbuf = reinterpret_cast<__nv_bfloat16*>(smem + MAIN_BYTES + XS_BYTES);
-  float* sc = reinterpret_cast<float*>(smem + MAIN_BYTES + XS_BYTES + P_BYTES);
-  int* changed = reinterpret_cast<int*>(sc + 2 * BM);
+  float* xbuf = reinterpret_cast<float*>(smem + (KV_BYTES > Q_BYTES ? KV_BYTES : Q_BYTES));
 
   // ---- Q tile -> shared (zero rows past the request) -> registers (A fragments)
   for (int i = tid; i < BM * CHUNKS; i += NTHREADS) {
@@ -281,20 +271,20 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-  uint32_t qf[2][KSTEPS][4];
+  uint32_t qf[KSTEPS][4];
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; ++kk) {
-      int dchunk = kk < 8 ? (qq * 128 + kk * 16) / 8 : (512 + qq * 16) / 8;
-      int row = hh * 32 + m * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-      int ch = dchunk + (lane >> 4);
-      ldsm_x4(smem_u32(kvs + swz(row, ch) * 8), qf[m][kk][0], qf[m][kk][1], qf[m][kk][2], qf[m][kk][3]);
-    }
-  if (tid == 0) *changed = 0;
+  for (int kk = 0; kk < KSTEPS; ++kk) {
+    int dchunk = kk < 16 ? (c * 256 + kk * 16) / 8 : (512 + c * 32 + (kk - 16) * 16) / 8;
+    int row = r * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+    int ch = dchunk + (lane >> 4);
+    ldsm_x4(smem_u32(kvs + swz(row, ch) * 8), qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+  }
   __syncthreads();   // the Q staging area becomes the KV pipeline
 
+  // rows of this thread: g and g + 8 of the warp's 16 (mask facts are recomputed in the
+  // rare edge tiles rather than held in registers through the loop)
   const int L = it.S + it.T;
+  // ---- KV producer: thread -> token tid/16 of the tile, chunks (tid%16) + 16 i
   const int ld_tok = tid >> 4, ld_lane = tid & 15;
   const int n_tiles = (it.p1 - it.p0 + BN - 1) / BN;
   auto slot_of = [&](int tile) -> long long {
@@ -325,21 +315,17 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
   }
   long long next_slot = slot_of(STAGES - 1);
 
-  // O^T[64 output dims of this warp, 64 rows]: m-tile mt = dims warp*64 + 16 mt, n-tile nt = rows 8 nt
-  float acc[DMT][RNT][4];
+  float acc[ONT][4];
 #pragma unroll
-  for (int i = 0; i < DMT; ++i)
-#pragma unroll
-    for (int n = 0; n < RNT; ++n) acc[i][n][0] = acc[i][n][1] = acc[i][n][2] = acc[i][n][3] = 0.f;
-  float m_run = -INFINITY, l_run = 0.f;      // of row sr (kept identically by its quad)
+  for (int i = 0; i < ONT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   const float sl2 = p.scale_log2;
-  const bool qk_idle = row_base + hh * 32 >= rows;            // all 32 QK rows past the request
-  const bool sm_valid = row_base + sr < rows;
-  const int live_nt = min(RNT, (rows - row_base + 7) / 8);     // O^T n-tiles holding real rows
+  const int partner = warp ^ 4;
+  const bool idle = row_base + r * 16 >= rows;
 
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait<STAGES - 2>();
-    __syncthreads();                          // tile j landed; tile j - 1 is fully consumed
+    __syncthreads();
     {
       int jn = j + STAGES - 1;
       if (jn < n_tiles && !(p.mode & 2)) load_tile(jn, jn % STAGES, next_slot);
@@ -347,168 +333,141 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
       next_slot = slot_of(jn + 1);
     }
     const __nv_bfloat16* tile = kvs + (j % STAGES) * (BN * D);
-    if (p.mode & 1) continue;
+    // a warp pair whose 16 rows are all past the request (T * H < 64) has nothing to compute;
+    // it keeps loading tiles and meeting the CTA barrier (warp-uniform branch)
+    if ((p.mode & 1) || idle) continue;
 
-    // 1. partial S[32 rows, 16 tokens] over this warp's 144 dims; B fragments serve both m-tiles
-    if (!qk_idle) {
-      float s[2][2][4];
+    // partial S = Q[rows, my dims] K[tokens, my dims]^T
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int n = 0; n < 2; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < KSTEPS; ++kk) {
-        int dchunk = kk < 8 ? (qq * 128 + kk * 16) / 8 : (512 + qq * 16) / 8;
-        int tok = ((lane >> 4) << 3) + (lane & 7);
-        int ch = dchunk + ((lane >> 3) & 1);
-        uint32_t b0, b1, b2, b3;
-        ldsm_x4(smem_u32(tile + swz(tok, ch) * 8), b0, b1, b2, b3);
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          mma16816(s[m][0], qf[m][kk], b0, b1);
-          mma16816(s[m][1], qf[m][kk], b2, b3);
-        }
-      }
-      float* mine = xs + (warp * 32 + lane) * 16;          // fragment layout, lane-for-lane
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-          *reinterpret_cast<float4*>(mine + m * 8 + n * 4) = make_float4(s[m][n][0], s[m][n][1], s[m][n][2], s[m][n][3]);
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+      int dchunk = kk < 16 ? (c * 256 + kk * 16) / 8 : (512 + c * 32 + (kk - 16) * 16) / 8;
+      int tok = ((lane >> 4) << 3) + (lane & 7);
+      int ch = dchunk + ((lane >> 3) & 1);
+      uint32_t b0, b1, b2, b3;
+      ldsm_x4(smem_u32(tile + swz(tok, ch) * 8), b0, b1, b2, b3);
+      mma16816(s[0], qf[kk], b0, b1);
+      mma16816(s[1], qf[kk], b2, b3);
     }
-    __syncthreads();                          // all partials of tile j written
 
-    // 2. reduce the four dim quarters for row sr (entries m = qq >> 1, half qq & 1), softmax
-    if (!qk_idle) {
-      const int m = qq >> 1, hr = qq & 1;
-      float v[2][2];
+    // swap partials with the other half (same fragment layout, so lane-for-lane)
+    {
+      float* mine = xbuf + ((j & 1) * NWARPS + warp) * 256 + lane * 8;
+      *reinterpret_cast<float4*>(mine) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
+      *reinterpret_cast<float4*>(mine + 4) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
+      named_bar(1 + r, 64);
+      const float* theirs = xbuf + ((j & 1) * NWARPS + partner) * 256 + lane * 8;
+      float4 t0 = *reinterpret_cast<const float4*>(theirs);
+      float4 t1 = *reinterpret_cast<const float4*>(theirs + 4);
+      // a + b == b + a in IEEE arithmetic: both halves hold bit-identical S
+      s[0][0] += t0.x; s[0][1] += t0.y; s[0][2] += t0.z; s[0][3] += t0.w;
+      s[1][0] += t1.x; s[1][1] += t1.y; s[1][2] += t1.z; s[1][3] += t1.w;
+    }
+
+    // scale to log2 units; mask positions past the split and, in the draft block, the tree
+    const int tpos = it.p0 + j * BN;
+    const bool edge = tpos + BN > it.S || tpos + BN > it.p1;
 #pragma unroll
-      for (int n = 0; n < 2; ++n) v[n][0] = v[n][1] = 0.f;
+    for (int n = 0; n < 2; ++n)
 #pragma unroll
-      for (int w4 = 0; w4 < 4; ++w4) {
-        const float* src = xs + ((hh * 4 + w4) * 32 + lane) * 16 + m * 8;
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          float2 t = *reinterpret_cast<const float2*>(src + n * 4 + 2 * hr);
-          v[n][0] += t.x; v[n][1] += t.y;
-        }
-      }
-      const int tpos = it.p0 + j * BN;
-      const bool edge = tpos + BN > it.S || tpos + BN > it.p1;
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float x = v[n][e] * sl2;
-          if (edge) {
-            int pos = tpos + n * 8 + qd * 2 + e;
-            bool ok = pos < it.p1;
-            if (ok && pos >= it.S && sm_valid) {
-              int dj = pos - it.S;
-              int t = (row_base + sr) / H;
+      for (int e = 0; e < 4; ++e) {
+        float v = s[n][e] * sl2;
+        if (edge) {
+          int pos = tpos + n * 8 + qd * 2 + (e & 1);
+          int hr = e >> 1;
+          bool ok = pos < it.p1;
+          if (ok && pos >= it.S) {
+            int dj = pos - it.S;
+            int lr = row_base + r * 16 + g + 8 * hr;
+            if (lr < rows) {
+              int t = lr / H;
               ok = p.mask ? __ldg(p.mask + it.m0 + (long long)t * L + it.S + dj) != 0 : dj <= t;
             }
-            if (!ok) x = -INFINITY;
           }
-          v[n][e] = x;
+          if (!ok) v = -INFINITY;
         }
-      float mx = fmaxf(fmaxf(v[0][0], v[0][1]), fmaxf(v[1][0], v[1][1]));
+        s[n][e] = v;
+      }
+
+    // online softmax for rows g (e = 0, 1) and g + 8 (e = 2, 3)
+    float m_new[2], scale_old[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run, mx);
-      const float shift = m_new == -INFINITY ? 0.f : m_new;   // only masked keys so far
-      const float scale_old = exp2f(m_run - shift);
-      m_run = m_new;
-      float p00 = exp2f(v[0][0] - shift), p01 = exp2f(v[0][1] - shift);
-      float p10 = exp2f(v[1][0] - shift), p11 = exp2f(v[1][1] - shift);
-      l_run = l_run * scale_old + (p00 + p01 + p10 + p11);
-      __nv_bfloat16* prow = pbuf + (j & 1) * (BM * P_STRIDE) + sr * P_STRIDE;
-      *reinterpret_cast<uint32_t*>(prow + qd * 2) = pack_bf16(p00, p01);
-      *reinterpret_cast<uint32_t*>(prow + 8 + qd * 2) = pack_bf16(p10, p11);
-      if (qd == 0) {
-        sc[(j & 1) * BM + sr] = scale_old;
-        if (scale_old != 1.f) *changed = j + 1;   // any writer, same value: a benign race
-      }
-    } else if (qd == 0) {
-      sc[(j & 1) * BM + sr] = 1.f;                // rows past the request: P stays unused
+      m_new[h] = fmaxf(m_run[h], mx);
+      // a row that has seen only masked keys keeps m = -inf; shift by 0 to avoid inf - inf
+      float shift = m_new[h] == -INFINITY ? 0.f : m_new[h];
+      scale_old[h] = exp2f(m_run[h] - shift);
+      m_run[h] = m_new[h];
+      m_new[h] = shift;
     }
-    __syncthreads();                          // P and the rescale factors of tile j visible
+    uint32_t pa[4];
+    float rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      float p0 = exp2f(s[n][0] - m_new[0]), p1 = exp2f(s[n][1] - m_new[0]);
+      float p2 = exp2f(s[n][2] - m_new[1]), p3 = exp2f(s[n][3] - m_new[1]);
+      rs[0] += p0 + p1;
+      rs[1] += p2 + p3;
+      pa[2 * n + 0] = pack_bf16(p0, p1);
+      pa[2 * n + 1] = pack_bf16(p2, p3);
+    }
+    l_run[0] = l_run[0] * scale_old[0] + rs[0];
+    l_run[1] = l_run[1] * scale_old[1] + rs[1];
+    // rescale O only when some row's max moved (rare after the first tiles)
+    if (__any_sync(0xffffffffu, scale_old[0] != 1.f || scale_old[1] != 1.f)) {
+#pragma unroll
+      for (int i = 0; i < ONT; ++i) {
+        acc[i][0] *= scale_old[0]; acc[i][1] *= scale_old[0];
+        acc[i][2] *= scale_old[1]; acc[i][3] *= scale_old[1];
+      }
+    }
 
-    // 3. O^T[my 64 dims, rows] = scale * O^T + V^T[dims, 16 tokens] P^T[16 tokens, rows]
-    if (*changed == j + 1) {
-      const float* scj = sc + (j & 1) * BM;
+    // O[16 rows, my 256 columns] += P[16 x 16] V[16 tokens, my columns]
 #pragma unroll
-      for (int n = 0; n < RNT; ++n) {
-        float2 f = *reinterpret_cast<const float2*>(scj + n * 8 + qd * 2);
-#pragma unroll
-        for (int i = 0; i < DMT; ++i) {
-          acc[i][n][0] *= f.x; acc[i][n][1] *= f.y; acc[i][n][2] *= f.x; acc[i][n][3] *= f.y;
-        }
-      }
-    }
-    const __nv_bfloat16* pj = pbuf + (j & 1) * (BM * P_STRIDE);
-    uint32_t va[DMT][4];
-#pragma unroll
-    for (int i = 0; i < DMT; ++i) {
-      int tok = (lane >> 4) * 8 + (lane & 7);
-      int ch = warp * 8 + i * 2 + ((lane >> 3) & 1);
-      ldsm_x4_t(smem_u32(tile + swz(tok, ch) * 8), va[i][0], va[i][1], va[i][2], va[i][3]);
-    }
-#pragma unroll
-    for (int n2 = 0; n2 < RNT / 2; ++n2) {
-      if (2 * n2 >= live_nt) break;           // warp-uniform: only rows of this request
-      int prow = n2 * 16 + (lane >> 4) * 8 + (lane & 7);
+    for (int n2 = 0; n2 < ONT / 2; ++n2) {
+      int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
+      int ch = c * 32 + n2 * 2 + (lane >> 4);
       uint32_t b0, b1, b2, b3;
-      ldsm_x4(smem_u32(pj + prow * P_STRIDE + ((lane >> 3) & 1) * 8), b0, b1, b2, b3);
-#pragma unroll
-      for (int i = 0; i < DMT; ++i) {
-        mma16816(acc[i][2 * n2], va[i], b0, b1);
-        mma16816(acc[i][2 * n2 + 1], va[i], b2, b3);
-      }
+      ldsm_x4_t(smem_u32(tile + swz(tok, ch) * 8), b0, b1, b2, b3);
+      mma16816(acc[2 * n2], pa, b0, b1);
+      mma16816(acc[2 * n2 + 1], pa, b2, b3);
     }
   }
   cp_async_wait<0>();
 
-  // ---- epilogue: row sums across the quad, row stats to shared memory, normalise, store
-  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
-  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
-  __syncthreads();
-  if (qd == 0 && !qk_idle) {
-    sc[sr] = l_run > 0.f ? 1.f / l_run : 0.f;
-    sc[BM + sr] = l_run > 0.f ? m_run + log2f(l_run) : -INFINITY;
+  // ---- epilogue: finish the row sums across the quad, then normalise
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
-  __syncthreads();
+  float inv[2], lse2[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    inv[h] = l_run[h] > 0.f ? 1.f / l_run[h] : 0.f;
+    lse2[h] = l_run[h] > 0.f ? m_run[h] + log2f(l_run[h]) : -INFINITY;
+  }
   const bool final_out = it.ns == 1;
-  if (qd == 0 && !qk_idle && sm_valid) {
-    const long long grow = grow0 + sr;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int tr = r * 16 + g + 8 * h;       // row within the tile
+    if (row_base + tr >= rows) continue;
+    const long long grow = grow0 + tr;
     if (final_out) {
-      if (p.lse) p.lse[grow] = sc[BM + sr] * LN2;
+      __nv_bfloat16* dst = p.o + grow * DV + c * 256 + qd * 2;
+#pragma unroll
+      for (int i = 0; i < ONT; ++i)
+        *reinterpret_cast<uint32_t*>(dst + i * 8) = pack_bf16(acc[i][2 * h] * inv[h], acc[i][2 * h + 1] * inv[h]);
+      if (p.lse && c == 0 && qd == 0) p.lse[grow] = lse2[h] * LN2;
     } else {
-      p.part_lse[(long long)it.part_slot * BM + sr] = sc[BM + sr];
-    }
-  }
-  // thread holds O^T[dim d, rows r0, r0 + 1] and [d + 8, same rows] per (mt, nt)
+      float* dst = p.part_o + ((long long)it.part_slot * BM + tr) * DV + c * 256 + qd * 2;
 #pragma unroll
-  for (int n = 0; n < RNT; ++n) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int tr = n * 8 + qd * 2 + e;
-      if (row_base + tr >= rows) continue;
-      const float inv = sc[tr];
-      const long long grow = grow0 + tr;
-#pragma unroll
-      for (int i = 0; i < DMT; ++i) {
-        const int d = warp * 64 + i * 16 + g;
-        if (final_out) {
-          __nv_bfloat16* dst = p.o + grow * DV + d;
-          dst[0] = __float2bfloat16(acc[i][n][e] * inv);
-          dst[8] = __float2bfloat16(acc[i][n][2 + e] * inv);
-        } else {
-          float* dst = p.part_o + ((long long)it.part_slot * BM + tr) * DV + d;
-          dst[0] = acc[i][n][e] * inv;
-          dst[8] = acc[i][n][2 + e] * inv;
-        }
-      }
+      for (int i = 0; i < ONT; ++i)
+        *reinterpret_cast<float2*>(dst + i * 8) = make_float2(acc[i][2 * h] * inv[h], acc[i][2 * h + 1] * inv[h]);
+      if (c == 0 && qd == 0) p.part_lse[(long long)it.part_slot * BM + tr] = lse2[h];
     }
   }
 }
