@@ -321,7 +321,6 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   const float sl2 = p.scale_log2;
   const int partner = warp ^ 4;
-  const bool idle = row_base + r * 16 >= rows;
 
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait<STAGES - 2>();
@@ -333,9 +332,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
       next_slot = slot_of(jn + 1);
     }
     const __nv_bfloat16* tile = kvs + (j % STAGES) * (BN * D);
-    // a warp pair whose 16 rows are all past the request (T * H < 64) has nothing to compute;
-    // it keeps loading tiles and meeting the CTA barrier (warp-uniform branch)
-    if ((p.mode & 1) || idle) continue;
+    if (p.mode & 1) continue;
 
     // partial S = Q[rows, my dims] K[tokens, my dims]^T
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
