@@ -36,8 +36,7 @@ constexpr int TILE_BYTES = BN * D * 2;
 constexpr int KV_BYTES = STAGES * TILE_BYTES;
 constexpr int Q_BYTES = BM * D * 2;
 constexpr int XCHG_BYTES = 2 * NWARPS * 32 * 8 * 4;   // double-buffered partial S swap
-constexpr int BAR_BYTES = 2 * STAGES * 8;             // full and empty mbarrier per stage
-constexpr int SMEM_BYTES = (KV_BYTES > Q_BYTES ? KV_BYTES : Q_BYTES) + XCHG_BYTES + BAR_BYTES;
+constexpr int SMEM_BYTES = (KV_BYTES > Q_BYTES ? KV_BYTES : Q_BYTES) + XCHG_BYTES;
 static_assert(SMEM_BYTES <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
@@ -84,25 +83,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int sr
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// mbarriers (sm_80+): a stage is "full" when every thread's cp.async into it has landed and
-// "empty" when all eight warps are done reading it; warps wait on the stage they need instead
-// of meeting at a CTA-wide barrier every tile.
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n WAIT_%=:\n"
-      " mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
-      " @!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -280,15 +260,6 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
   const long long grow0 = (long long)it.qo0 * H + row_base;  // flat [N*H] row of tile row 0
   __nv_bfloat16* kvs = reinterpret_cast<__nv_bfloat16*>(smem);
   float* xbuf = reinterpret_cast<float*>(smem + (KV_BYTES > Q_BYTES ? KV_BYTES : Q_BYTES));
-  const uint32_t bars = smem_u32(smem + (KV_BYTES > Q_BYTES ? KV_BYTES : Q_BYTES) + XCHG_BYTES);
-  auto full_bar = [&](int st) { return bars + 8 * st; };
-  auto empty_bar = [&](int st) { return bars + 8 * (STAGES + st); };
-  if (tid == 0) {
-    for (int st = 0; st < STAGES; ++st) {
-      mbar_init(full_bar(st), NTHREADS);   // one cp.async arrival per thread
-      mbar_init(empty_bar(st), NWARPS);    // one arrival per warp
-    }
-  }
 
   // ---- Q tile -> shared (zero rows past the request) -> registers (A fragments)
   for (int i = tid; i < BM * CHUNKS; i += NTHREADS) {
@@ -339,10 +310,8 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
 
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < n_tiles) {
-      load_tile(st, st, slot_of(st));
-      mbar_arrive_cp_async(full_bar(st));
-    }
+    if (st < n_tiles) load_tile(st, st, slot_of(st));
+    cp_async_commit();
   }
   long long next_slot = slot_of(STAGES - 1);
 
@@ -354,23 +323,16 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
   const int partner = warp ^ 4;
 
   for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
     {
-      // refill the stage of tile j - 1 with tile j + 3 once every warp has finished with it
-      const int jn = j + STAGES - 1, sn = jn % STAGES;
-      if (jn < n_tiles) {
-        if (jn >= STAGES) mbar_wait(empty_bar(sn), ((jn / STAGES) - 1) & 1);
-        if (!(p.mode & 2)) load_tile(jn, sn, next_slot);
-        mbar_arrive_cp_async(full_bar(sn));
-      }
+      int jn = j + STAGES - 1;
+      if (jn < n_tiles && !(p.mode & 2)) load_tile(jn, jn % STAGES, next_slot);
+      cp_async_commit();
       next_slot = slot_of(jn + 1);
     }
-    mbar_wait(full_bar(j % STAGES), (j / STAGES) & 1);
     const __nv_bfloat16* tile = kvs + (j % STAGES) * (BN * D);
-    if (p.mode & 1) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar(j % STAGES));
-      continue;
-    }
+    if (p.mode & 1) continue;
 
     // partial S = Q[rows, my dims] K[tokens, my dims]^T
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -470,8 +432,6 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel(const Params p)
       mma16816(acc[2 * n2], pa, b0, b1);
       mma16816(acc[2 * n2 + 1], pa, b2, b3);
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty_bar(j % STAGES));
   }
   cp_async_wait<0>();
 
