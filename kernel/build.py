@@ -23,7 +23,7 @@ from pathlib import Path
 ARCHS = ("80", "86", "89", "90", "120")   # A100, A10/3090, L4/4090, H100/H200, RTX PRO 6000
 SMEM_LIMIT = 99 * 1024                    # sm_120's per-block limit, the tightest target
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("mla_verify.cu", "mma_ceiling.cu")
+SOURCES = ("mla_verify.cu", "mma_ceiling.cu")   # compiled; every csrc/*.cuh is hashed too
 FLAGS = ("-O3", "-std=c++17", "--use_fast_math", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")
 LIB = "libmla_verify.so"
 
@@ -56,9 +56,9 @@ def gencode(archs) -> list[str]:
 
 def source_hash(archs, nvcc: str) -> str:
     h = hashlib.sha256()
-    for name in SOURCES:
-        h.update(name.encode())
-        h.update((CSRC / name).read_bytes())
+    for path in sorted(CSRC.glob("*.cu")) + sorted(CSRC.glob("*.cuh")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
     h.update(" ".join(FLAGS + tuple(gencode(archs))).encode())
     ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     h.update(ver.encode())

@@ -42,6 +42,18 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def git_commit() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (head + ("+dirty" if dirty else "")) if head else "unknown"
+
+
 def env_info(commit: str) -> dict:
     prop = torch.cuda.get_device_properties(0)
     try:
@@ -67,6 +79,19 @@ def _events_ms(fn, reps: int) -> list[float]:
     return out
 
 
+def capture_graph(fn) -> torch.cuda.CUDAGraph:
+    """Run `fn` once on a side stream (capture wants warmed-up work), then capture it."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
 def time_calls(fns: list, reps: int = 7, graph: bool = True, graph_limit_ms: float = 20.0) -> float:
     """Median milliseconds per call. fns: closures over rotating input copies.
 
@@ -82,16 +107,7 @@ def time_calls(fns: list, reps: int = 7, graph: bool = True, graph_limit_ms: flo
             ms += _events_ms(fns[(i + 1) % len(fns)], 1)
         return sorted(ms)[n // 2]
     k = max(1, min(64, math.ceil(4.0 / max(est, 1e-3))))
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):                 # warm the side stream too before capture
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(k):
-            fns[i % len(fns)]()
+    g = capture_graph(lambda: [fns[i % len(fns)]() for i in range(k)])
     g.replay()
     torch.cuda.synchronize()
     ms = sorted(_events_ms(g.replay, reps))
@@ -232,14 +248,7 @@ def graph_check(tol: float) -> dict:
                          out=o, lse_out=lse, workspace=ws)
 
     load(0)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        call()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        call()
+    g = capture_graph(call)
     rows = []
     for seed in range(1, 7):
         c = load(seed)
@@ -385,7 +394,8 @@ def _clone_case(case):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="reports/data", help="folder for the JSON results")
-    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT", "unknown"))
+    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT") or git_commit(),
+                    help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
     ap.add_argument("--stages", default="validate,graph,bench,integration")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
     ap.add_argument("--quick", action="store_true", help="a short benchmark (centre and 16k, T <= 64)")

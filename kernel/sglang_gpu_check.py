@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from . import sglang_adapter
-from .gpu_run import log, rel_err, time_calls
+from .gpu_run import capture_graph, log, rel_err, time_calls
 from .inputs import make_case
 from .reference import verify_attention_reference
 from .sglang_baseline import run_extend
@@ -108,14 +108,7 @@ def graph_replay(case, pools) -> bool:
             assert sglang_adapter.verify_fwd(*args)
 
     fill(case)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
+    g = capture_graph(step)
     new = make_case([S - 5000], [T], H, tree="random", layout="fragmented", seed=654, device="cuda", slack=0.1)
     assert new.kv_cache.shape[0] <= pools[0].shape[0]
     for p in pools:       # the new request's rows written into every layer's pool
