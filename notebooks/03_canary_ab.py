@@ -65,7 +65,7 @@ else:
 display(Markdown(f"Every A/B request carries **{context_tokens:,} tokens of context** and decodes "
                  f"{max_new_tokens} tokens; {rounds} rounds per arm; seed {seed}."))
 
-# %%
+# %% tags=["remove-output"]
 #papermill_description=canary_ab
 def progress(*args, **kwargs):
     """Round-by-round progress to the console running the notebook (not into the report)."""

@@ -137,6 +137,8 @@ def render(executed: Path, html_path: Path, record: dict) -> None:
 
     cfg = Config()
     cfg.TagRemovePreprocessor.remove_cell_tags = ["parameters", "injected-parameters"]
+    # cells tagged remove-output keep their console progress out of the report
+    cfg.TagRemovePreprocessor.remove_all_outputs_tags = ["remove-output"]
     exporter = HTMLExporter(config=cfg, exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     nb = nbformat.read(executed, as_version=4)

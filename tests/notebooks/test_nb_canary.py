@@ -15,5 +15,6 @@ def test_canary_ab_smoke_on_emulators(tmp_path, fixture_dir, cli):
     assert rc == 0
     page = (tmp_path / "reports" / "03_canary_ab.html").read_text()
     assert "EMULATED A/B: not a live service" in page and "Gate decision:" in page
+    assert "[ab] round" not in page, "console progress leaked into the report"
     rec = index.read_record(tmp_path / "reports" / "03_canary_ab.html")
     assert rec["emulated"] is True and len(rec["endpoints"]) == 2
