@@ -13,10 +13,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from rollout.inventory import Group, Inventory
 from rollout.launch import BACKEND_ENV, group_env, launch_argv, render, shell_line
+from rollout.lock import pid_alive
 
 
 class LaunchError(RuntimeError):
@@ -71,16 +71,7 @@ class LocalLauncher:
     def _alive(self, pid: int) -> bool:
         if self.proc is not None and self.proc.pid == pid:
             return self.proc.poll() is None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        try:  # a zombie answers kill(0) but serves nothing
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except (FileNotFoundError, IndexError):
-            return False
+        return pid_alive(pid)
 
     def start(self, arm: str) -> None:
         rec = self._record()

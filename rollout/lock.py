@@ -15,14 +15,18 @@ class LockHeld(RuntimeError):
     pass
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (a zombie answers kill(0) but runs nothing)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
 
 
 def read(state_dir: Path) -> dict | None:
@@ -34,7 +38,7 @@ def read(state_dir: Path) -> dict | None:
 
 def describe(lock: dict) -> str:
     stale = ""
-    if lock.get("host") == socket.gethostname() and not _alive(lock["pid"]):
+    if lock.get("host") == socket.gethostname() and not pid_alive(lock["pid"]):
         stale = " -- that process is gone (stale lock)"
     return (f"held by {lock['owner']} pid {lock['pid']} since {lock['time']} for '{lock['command']}'{stale}; "
             f"if no rollout is running, `python -m rollout unlock --reason '...'`")
