@@ -112,19 +112,23 @@ def time_vs(df: pd.DataFrame, x: str, xlabel: str, title: str, hue: str = "label
     return fig
 
 
-def step_time_vs_s(df: pd.DataFrame, title: str) -> plt.Figure:
-    """SGLang-integration: attention time of one verify step (all layers) per arm, against S."""
-    long = df.melt(id_vars=["S", "tree"], value_vars=["triton_ms_per_step", "plugin_ms_per_step"],
+def step_time_by_case(df: pd.DataFrame, title: str) -> plt.Figure:
+    """SGLang-integration: attention time of one verify step (all layers) per arm, one group
+    of bars per measured case (S, T, tree): the cases differ several-fold, so none is averaged."""
+    df = df.assign(case=[f"S = {int(r.S):,}\nT = {int(r.T)}, {r.tree}" for r in df.itertuples()])
+    long = df.melt(id_vars=["case"], value_vars=["triton_ms_per_step", "plugin_ms_per_step"],
                    var_name="arm", value_name="ms")
     arms = {"triton_ms_per_step": "control: SGLang triton backend",
             "plugin_ms_per_step": "candidate: our kernel via plugin"}
     long["arm"] = long["arm"].map(arms)
     pal = dict(zip(arms.values(), (_CB[1], _CB[0])))  # baseline orange, ours blue, as elsewhere
     fig, ax = plt.subplots()
-    sns.lineplot(long, x="S", y="ms", hue="arm", style="tree", marker="o", palette=pal, ax=ax)
-    ax.set(xscale="log", yscale="log" if _spans_decades(long["ms"]) else "linear", title=title,
-           xlabel="prefix tokens S (log scale)",
-           ylabel="attention time per verify step, ms\n(all layers, inside SGLang)")
+    sns.barplot(long, x="case", y="ms", hue="arm", palette=pal, ax=ax)
+    for cont in ax.containers:
+        ax.bar_label(cont, fmt="%.1f", fontsize=9)
+    log = _spans_decades(long["ms"])
+    ax.set(yscale="log" if log else "linear", title=title, xlabel="",
+           ylabel="attention time per verify step, ms\n(all layers, inside SGLang" + (", log scale)" if log else ")"))
     _legend(fig, ax)
     return fig
 
