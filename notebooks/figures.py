@@ -38,17 +38,35 @@ def _ceiling(ax, y: float, text: str) -> None:
 
 def _legend(fig: plt.Figure, ax, title: str | None = None) -> None:
     """Legend outside the axes, right of the plot, so it never hides a point or a line."""
-    ax.legend(title=title, fontsize=9, bbox_to_anchor=(1.01, 1), loc="upper left")
+    if ax.get_legend_handles_labels()[0]:       # bars labelled on the axis need none
+        ax.legend(title=title, fontsize=9, bbox_to_anchor=(1.01, 1), loc="upper left")
+    elif ax.get_legend() is not None:
+        ax.get_legend().remove()
     fig.tight_layout()
+
+
+def _bars_at_one_s(ax, df: pd.DataFrame, y: str, fmt: str) -> None:
+    """One bar per implementation (median over repeats of the same configuration), labelled."""
+    med = df.groupby("label", as_index=False)[y].median()
+    sns.barplot(med, x="label", y=y, hue="label", palette=PALETTE, ax=ax, legend=False)
+    for cont in ax.containers:
+        ax.bar_label(cont, fmt=fmt, fontsize=9)
 
 
 def bandwidth_vs_s(df: pd.DataFrame, read_gbps: float, title: str) -> plt.Figure:
     """Effective GB/s (unique KV bytes / time) against prefix length, with the read ceiling."""
     fig, ax = plt.subplots()
+    ylabel = "effective bandwidth, GB/s\n(S x 576 x 2 B / time, log scale)"
+    if df["S"].nunique() == 1:   # one context length measured: a line would be a lone point
+        _bars_at_one_s(ax, df, "GBps", "%.0f")
+        _ceiling(ax, read_gbps, f"device read ceiling {read_gbps:,.0f} GB/s")
+        ax.set(yscale="log", title=title, ylabel=ylabel, xlabel=f"S = {int(df['S'].iloc[0]):,} prefix tokens")
+        _legend(fig, ax)
+        return fig
     sns.lineplot(df, x="S", y="GBps", hue="label", palette=PALETTE, marker="o", ax=ax)
     _ceiling(ax, read_gbps, f"device read ceiling {read_gbps:,.0f} GB/s")
     ax.set(xscale="log", yscale="log", title=title, xlabel="prefix tokens S (log scale)",
-           ylabel="effective bandwidth, GB/s\n(S x 576 x 2 B / time, log scale)")
+           ylabel=ylabel)
     _legend(fig, ax)
     return fig
 
@@ -56,6 +74,14 @@ def bandwidth_vs_s(df: pd.DataFrame, read_gbps: float, title: str) -> plt.Figure
 def time_vs_s(df: pd.DataFrame, title: str) -> plt.Figure:
     """Time per layer against prefix length; the dashed line is the roofline time of each S."""
     fig, ax = plt.subplots()
+    if df["S"].nunique() == 1:   # one context length measured: bars, the roofline as a line
+        _bars_at_one_s(ax, df, "time_us", "%.1f")
+        roof = float(df["roofline_us"].min())
+        ax.axhline(roof, color="k", ls="--", lw=1.2, label=f"roofline (floor) {roof:,.1f} us")
+        ax.set(yscale="log", title=title, ylabel="time per layer, us (log scale)",
+               xlabel=f"S = {int(df['S'].iloc[0]):,} prefix tokens")
+        _legend(fig, ax)
+        return fig
     sns.lineplot(df, x="S", y="time_us", hue="label", palette=PALETTE, marker="o", ax=ax)
     roof = df.groupby("S", as_index=False)["roofline_us"].min()
     ax.plot(roof["S"], roof["roofline_us"], "k--", lw=1.2, label="roofline (floor)")
