@@ -30,7 +30,7 @@ test-sglang: $(STAMP) ## run the SGLang plugin tests only (CPU, real SGLang 0.5.
 kernel-build: $(STAMP) ## compile the CUDA kernel for sm_80/86/89/90/120 into the build cache and print resource usage
 	$(VPY) -m kernel.build --all-archs --report
 
-gpu-run: ## on a CUDA machine: build, validate, benchmark; JSON into $$OUT (default reports/data)
+gpu-run: ## on a CUDA machine: build, validate, benchmark with its own python3; JSON into OUT=dir (default reports/data)
 	PYTHONPATH=$(CURDIR) $(PY) -m kernel.gpu_run --out $${OUT:-reports/data}
 
 phase0: $(STAMP) ## render reports/00_baseline.html (SGLang's verify path at MLA shapes) and the index
