@@ -9,7 +9,7 @@ from kernel.reference import verify_attention_reference
 pytest.importorskip("sglang", reason="SGLang is installed by `make test` (requirements/sglang-cpu.lock)")
 import triton  # noqa: E402
 
-from kernel.sglang_baseline import load, run_extend  # noqa: E402
+from kernel.sglang.baseline import load, run_extend  # noqa: E402
 
 
 @pytest.fixture(scope="module")

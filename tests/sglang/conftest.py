@@ -19,7 +19,7 @@ from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 import transformers  # noqa: E402
 
-from kernel import sglang_adapter  # noqa: E402
+from kernel.sglang import adapter as sglang_adapter  # noqa: E402
 
 # A Kimi-K2-shaped model directory holding only config.json (no weights are loaded), and
 # the speculative settings of the README launch command (EAGLE, 3 steps, topk 4, 8 drafts).

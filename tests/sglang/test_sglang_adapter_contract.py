@@ -6,7 +6,7 @@ import types
 from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel import sglang_adapter
+from kernel.sglang import adapter as sglang_adapter
 from test_sglang_adapter_fallbacks import _sglang_args
 
 

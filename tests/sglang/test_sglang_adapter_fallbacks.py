@@ -5,7 +5,7 @@ import logging
 import pytest
 import torch
 
-from kernel import sglang_adapter
+from kernel.sglang import adapter as sglang_adapter
 from kernel.checks import VerifyInputError
 from kernel.inputs import make_case
 
@@ -75,12 +75,12 @@ def test_fallback_declines_logs_once_and_leaves_output(cpu_ops, caplog, name):
     else:
         a = _sglang_args()
         a.update(change(a))
-    caplog.set_level(logging.WARNING, logger="kernel.sglang_adapter")
+    caplog.set_level(logging.WARNING, logger="kernel.sglang.adapter")
     assert sglang_adapter.verify_fwd(**a) is False
     assert sglang_adapter.verify_fwd(**a) is False
     assert cpu_ops.calls == [], "the kernel ran for an unsupported case"
     assert torch.isnan(a["o_extend"]).all(), "output written although SGLang's path will write it"
-    lines = [r.getMessage() for r in caplog.records if r.name == "kernel.sglang_adapter"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "kernel.sglang.adapter"]
     assert len(lines) == 1 and reason in lines[0], lines
     assert sum(n for k, n in sglang_adapter.calls.items() if reason in k) == 2
 
@@ -90,7 +90,7 @@ def test_supported_call_runs_the_kernel(cpu_ops, caplog):
     a = _sglang_args()
     assert sglang_adapter.verify_fwd(**a) is True
     assert len(cpu_ops.calls) == 1 and torch.isfinite(a["o_extend"]).all()
-    assert not [r for r in caplog.records if r.name == "kernel.sglang_adapter"]
+    assert not [r for r in caplog.records if r.name == "kernel.sglang.adapter"]
 
 
 def test_no_reserved_lse_scratch_falls_back(cpu_ops, caplog, monkeypatch):

@@ -10,7 +10,7 @@ SGLang's extend_attention_fwd (Triton interpreter, float32) is the second refere
 import pytest
 import torch
 
-from kernel import sglang_adapter
+from kernel.sglang import adapter as sglang_adapter
 from kernel.inputs import make_case
 from sglang_harness import Harness, oracle, rel_err
 

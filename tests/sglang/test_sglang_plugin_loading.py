@@ -9,13 +9,13 @@ from importlib.metadata import entry_points
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-from kernel import sglang_plugin
+from kernel.sglang import plugin as sglang_plugin
 
 
 def test_entry_point_is_installed_in_sglang_group():
     eps = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == "mla_verify"]
     assert len(eps) == 1, "pip install -e . did not register the sglang.srt.plugins entry point"
-    assert eps[0].value == "kernel.sglang_plugin:register"
+    assert eps[0].value == "kernel.sglang.plugin:register"
     assert eps[0].load() is sglang_plugin.register
 
 
@@ -44,12 +44,12 @@ def test_fresh_process_gets_the_hook_from_load_plugins_alone():
             lib.define(op + "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         import sys
         from sglang.srt.plugins import load_plugins
-        assert "kernel.sglang_plugin" not in sys.modules
+        assert "kernel.sglang.plugin" not in sys.modules
         load_plugins()
         from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
         init = TritonAttnBackend.__dict__["__init__"]
         print("HOOKED" if getattr(init, "__wrapped__", None) is not None
-              and "kernel.sglang_plugin" in sys.modules else "NOT-HOOKED")
+              and "kernel.sglang.plugin" in sys.modules else "NOT-HOOKED")
     """)
     env = dict(os.environ, MLA_VERIFY_BACKEND="flash", SGLANG_PLUGINS="")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)

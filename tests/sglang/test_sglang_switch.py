@@ -6,7 +6,7 @@ import torch
 from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
 from sglang.srt.configs.model_config import AttentionArch
 
-from kernel import sglang_adapter
+from kernel.sglang import adapter as sglang_adapter
 from kernel.inputs import make_case
 from sglang_harness import Harness, oracle, rel_err
 

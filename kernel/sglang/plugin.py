@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from . import sglang_adapter
+from . import adapter as sglang_adapter
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 `verify_fwd` has exactly the signature of SGLang 0.5.23's
 `sglang.kernels.ops.attention.verify_mla.verify_shared_kv_fwd`, because the plugin
-(kernel/sglang_plugin.py) installs it as `TritonAttnBackend.verify_shared_kv_fwd`.
+(kernel/sglang/plugin.py) installs it as `TritonAttnBackend.verify_shared_kv_fwd`.
 `TritonAttnBackend.forward_extend` calls that slot only in TARGET_VERIFY, after the
 draft tokens' KV rows are written to the pool, and runs `extend_attention_fwd` when it
 returns False. So this function may decline anything it cannot serve exactly.
@@ -31,7 +31,7 @@ from collections import Counter
 
 import torch
 
-from .checks import HEAD_DIM, V_DIM, VerifyInputError
+from ..checks import HEAD_DIM, V_DIM, VerifyInputError
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def ops():
     """The kernel module (kernel.ops unless `use_ops` replaced it)."""
     global _ops_module
     if _ops_module is None:
-        from . import ops as module
+        from .. import ops as module
         _ops_module = module
     return _ops_module
 

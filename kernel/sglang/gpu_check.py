@@ -3,7 +3,7 @@
 For S = 185,000 prefix tokens, H = 8 heads per GPU (64 heads at TP 8) and two draft trees
 (T = 8 and a 64-node DDTree-like tree), this builds TARGET_VERIFY inputs exactly as SGLang's
 Triton backend hands them over, one MLA pool per layer (61 x 213 MB), and runs:
-- the plugin path: `kernel.sglang_adapter.verify_fwd`, the function the plugin installs as
+- the plugin path: `kernel.sglang.adapter.verify_fwd`, the function the plugin installs as
   `TritonAttnBackend.verify_shared_kv_fwd`, eager (int32 qo_indptr) and inside a CUDA graph
   (int64 fixed buffers refilled before replay, replayed with new lengths and a new tree);
 - SGLang's own path: `extend_attention_fwd`, as forward_extend calls it.
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from . import sglang_adapter
-from .gpu_run import capture_graph, log, rel_err, time_calls
-from .inputs import make_case
-from .reference import verify_attention_reference
-from .sglang_baseline import run_extend
+from . import adapter as sglang_adapter
+from ..bench.timing import capture_graph, log, rel_err, time_calls
+from ..inputs import make_case
+from ..reference import verify_attention_reference
+from .baseline import run_extend
 
 LAYERS = 61
 
