@@ -27,8 +27,8 @@ test: $(STAMP) ## run the whole test suite (CPU; builds the CUDA kernel for ever
 test-sglang: $(STAMP) ## run the SGLang plugin tests only (CPU, real SGLang 0.5.23 classes, Triton interpreter)
 	$(VPY) -m pytest -q tests/sglang
 
-kernel-build: $(STAMP) ## compile the CUDA kernel for sm_80/86/89/90/120 into the build cache and print resource usage
-	$(VPY) -m kernel.build --all-archs --report
+kernel-build: $(STAMP) ## compile the kernel for sm_80/86/89/90/120 into the cache (CACHE=dir: prebuild for a serving image) and print resource usage
+	$(VPY) -m kernel.build --all-archs --report $(if $(CACHE),--cache-dir "$(CACHE)")
 
 gpu-run: ## on a CUDA machine: build, validate, benchmark with its own python3; JSON into OUT=dir (default reports/data)
 	PYTHONPATH=$(CURDIR) $(PY) -m kernel.gpu_run --out $${OUT:-reports/data}

@@ -4,7 +4,14 @@ The library is plain CUDA C with an extern "C" API (no torch headers), so the sa
 serves any installed torch: CI compiles it without a GPU, the GPU machine loads it next to
 whatever torch it has. One build holds machine code for every target architecture.
 
-    python -m kernel.build --all-archs --report     # what `make kernel-build` runs
+A build lives in `<cache>/<source hash>-sm<archs>/` and is found again by that hash alone,
+so loading a prebuilt library needs no CUDA toolkit: nvcc runs only when nothing matches.
+The cache is MLA_VERIFY_CACHE when set, else $XDG_CACHE_HOME/mla-verify (default
+~/.cache/mla-verify): user-writable, never inside the installed package.
+
+    python -m kernel.build --all-archs --report          # what `make kernel-build` runs
+    python -m kernel.build --cache-dir /opt/mla-verify   # prebuild for a serving image;
+                                                         # serve with MLA_VERIFY_CACHE=/opt/mla-verify
 """
 from __future__ import annotations
 
@@ -23,9 +30,12 @@ from pathlib import Path
 ARCHS = ("80", "86", "89", "90", "120")   # A100, A10/3090, L4/4090, H100/H200, RTX PRO 6000
 SMEM_LIMIT = 99 * 1024                    # sm_120's per-block limit, the tightest target
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("mla_verify.cu", "mma_ceiling.cu")   # compiled; every csrc/*.cuh is hashed too
+# Compiled into the one library; every csrc/*.cu and *.cuh is hashed, so a new source
+# file joins the build by being added here.
+SOURCES = ("mla_verify.cu", "mma_ceiling.cu")
 FLAGS = ("-O3", "-std=c++17", "--use_fast_math", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")
 LIB = "libmla_verify.so"
+CACHE_ENV = "MLA_VERIFY_CACHE"
 
 
 class BuildError(RuntimeError):
@@ -41,8 +51,13 @@ def find_nvcc() -> str:
 
 
 def cache_root() -> Path:
-    env = os.environ.get("MLA_VERIFY_CACHE")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "build" / "kernel"
+    """Where builds live: MLA_VERIFY_CACHE, else $XDG_CACHE_HOME/mla-verify, else
+    ~/.cache/mla-verify."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "mla-verify"
 
 
 def gencode(archs) -> list[str]:
@@ -54,15 +69,32 @@ def gencode(archs) -> list[str]:
     return out
 
 
-def source_hash(archs, nvcc: str) -> str:
+def source_hash(archs=ARCHS) -> str:
+    """Hash of every CUDA source, the flags and the target archs (not the toolkit: a
+    prebuilt library must be found on a host without nvcc). 16 hex digits."""
     h = hashlib.sha256()
     for path in sorted(CSRC.glob("*.cu")) + sorted(CSRC.glob("*.cuh")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
-    h.update(" ".join(FLAGS + tuple(gencode(archs))).encode())
-    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
-    h.update(ver.encode())
+    h.update(" ".join(FLAGS + tuple(gencode(_archs(archs)))).encode())
     return h.hexdigest()[:16]
+
+
+def _archs(archs) -> tuple[str, ...]:
+    out = tuple(str(a) for a in archs)
+    if not out or not all(a.isdigit() for a in out):
+        raise ValueError(f"archs: expected compute capabilities like ('90', '120'), got {archs!r}")
+    return out
+
+
+def lib_dir(archs=ARCHS, root: Path | None = None) -> Path:
+    """The folder a build for `archs` has (or would have) under `root` (default cache_root())."""
+    archs = _archs(archs)
+    return Path(root or cache_root()) / f"{source_hash(archs)}-sm{'_'.join(archs)}"
+
+
+def _complete(d: Path) -> bool:
+    return (d / LIB).is_file() and (d / "resources.json").is_file()
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
@@ -92,15 +124,20 @@ def parse_ptxas(log: str) -> list[dict]:
     return rows
 
 
-def build(archs=ARCHS, *, verbose: bool = False) -> Path:
-    """Compile (or reuse) the library for `archs`; returns the directory holding it."""
-    archs = tuple(str(a) for a in archs)
-    nvcc = find_nvcc()
-    out = cache_root() / f"{source_hash(archs, nvcc)}-sm{'_'.join(archs)}"
-    if (out / LIB).exists() and (out / "resources.json").exists():
+def build(archs=ARCHS, *, verbose: bool = False, root: Path | None = None) -> Path:
+    """The folder holding the library for `archs`: a prebuilt one found by source hash
+    (no nvcc needed), else compiled now into `root` (default cache_root())."""
+    archs = _archs(archs)
+    out = lib_dir(archs, root)
+    if _complete(out):
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+    nvcc = find_nvcc()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+    except OSError as e:
+        raise BuildError(f"cannot write the kernel cache {out.parent} ({e.strerror}): set {CACHE_ENV} "
+                         "to a writable folder, or prebuild with `python -m kernel.build --cache-dir DIR`") from None
     cmd = [nvcc, *FLAGS, *gencode(archs), *(str(CSRC / s) for s in SOURCES), "-o", str(tmp / LIB)]
     if verbose:
         print(" ".join(cmd), file=sys.stderr, flush=True)
@@ -108,7 +145,10 @@ def build(archs=ARCHS, *, verbose: bool = False) -> Path:
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BuildError(f"nvcc failed (exit {proc.returncode}) for archs {','.join(archs)}:\n{proc.stderr[-8000:]}")
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     (tmp / "ptxas.log").write_text(proc.stderr)
+    (tmp / "build-info.json").write_text(json.dumps({"nvcc": nvcc, "nvcc_version": version[-1] if version else "",
+                                                     "archs": list(archs), "sources": list(SOURCES)}, indent=1))
     (tmp / "resources.json").write_text(json.dumps(parse_ptxas(proc.stderr), indent=1))
     try:
         tmp.rename(out)
@@ -125,9 +165,9 @@ _LIBS: dict[tuple, ctypes.CDLL] = {}
 
 
 def load(archs=ARCHS) -> ctypes.CDLL:
-    """Build if needed and load the library with typed entry points (cached per process:
-    the op calls this on every launch, so the hash and the nvcc probe run only once)."""
-    key = tuple(str(a) for a in archs)
+    """Load the library (building it first only if no build matches the source hash) with
+    typed entry points; cached per process, since the op calls this on every launch."""
+    key = _archs(archs)
     if key in _LIBS:
         return _LIBS[key]
     d = build(archs)
@@ -153,11 +193,14 @@ def main(argv=None) -> int:
     ap.add_argument("--all-archs", action="store_true", help=f"build for sm_{', sm_'.join(ARCHS)} (default)")
     ap.add_argument("--arch", action="append", help="build only this arch (repeatable), e.g. --arch 90")
     ap.add_argument("--report", action="store_true", help="print registers, shared memory and spills per kernel")
+    ap.add_argument("--cache-dir", type=Path, default=None,
+                    help=f"build into this folder (a serving image's prebuilt kernel; serve with {CACHE_ENV}=DIR); "
+                         f"default: {CACHE_ENV}, else $XDG_CACHE_HOME/mla-verify")
     a = ap.parse_args(argv)
     archs = tuple(a.arch) if a.arch else ARCHS
     try:
-        d = build(archs, verbose=True)
-    except BuildError as e:
+        d = build(archs, verbose=True, root=a.cache_dir)
+    except (BuildError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(d / LIB)

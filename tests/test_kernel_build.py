@@ -1,6 +1,12 @@
 """The CUDA sources compile for every target (sm_80/86/89/90/120) without a GPU, with no
-register spills, no stack frame, and within sm_120's 99 KB of shared memory per block."""
+register spills, no stack frame, and within sm_120's 99 KB of shared memory per block; a
+build is found again by source hash alone, so a prebuilt library loads without nvcc."""
 import ctypes
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +40,72 @@ def test_shared_memory_fits_sm120(lib_dir):
 
 def test_cached_by_source_hash(lib_dir):
     assert build.build(build.ARCHS) == lib_dir
-    assert lib_dir.name.startswith(build.source_hash(build.ARCHS, build.find_nvcc()))
+    assert lib_dir.name == f"{build.source_hash(build.ARCHS)}-sm80_86_89_90_120"
+    assert lib_dir.parent == build.cache_root()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+LOAD = "from kernel import build; lib = build.load(); print(build.lib_dir(), lib.mla_verify_smem_bytes())"
+
+
+def _env_without_nvcc(tmp_path, **extra):
+    """The environment of a serving host without the CUDA toolkit: no nvcc on PATH, none
+    under CUDA_HOME, no NVCC."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NVCC", "CUDA_HOME", "PATH")}
+    env.update(PATH=str(tmp_path / "no-bin"), CUDA_HOME=str(tmp_path / "no-cuda"), PYTHONPATH=str(ROOT), **extra)
+    return env
+
+
+def test_prebuilt_library_loads_without_nvcc(lib_dir, tmp_path):
+    # A serving image: the library prebuilt into a folder, no toolkit at all.
+    image = tmp_path / "image-cache"
+    shutil.copytree(lib_dir, image / lib_dir.name)
+    r = subprocess.run([sys.executable, "-c", LOAD],
+                       env=_env_without_nvcc(tmp_path, MLA_VERIFY_CACHE=str(image)),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    where, smem = r.stdout.split()
+    assert Path(where) == image / lib_dir.name and int(smem) > 0
+
+
+def test_missing_build_without_nvcc_fails_fast_naming_the_fix(tmp_path):
+    r = subprocess.run([sys.executable, "-c", LOAD], env=_env_without_nvcc(tmp_path, MLA_VERIFY_CACHE=str(tmp_path / "empty")),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "BuildError: nvcc not found" in r.stderr, r.stderr[-2000:]
+
+
+def test_default_cache_is_the_users_xdg_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("MLA_VERIFY_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert build.cache_root() == tmp_path / "mla-verify"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert build.cache_root() == Path.home() / ".cache" / "mla-verify"
+    package = Path(build.__file__).resolve().parent.parent
+    assert package not in build.cache_root().parents   # never inside the installed package
+    monkeypatch.setenv("MLA_VERIFY_CACHE", str(tmp_path / "override"))
+    assert build.cache_root() == tmp_path / "override"
+
+
+def test_prebuild_into_a_folder_from_the_command_line(tmp_path):
+    out = tmp_path / "prebuilt"
+    r = subprocess.run([sys.executable, "-m", "kernel.build", "--arch", "90", "--cache-dir", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    built = out / f"{build.source_hash(['90'])}-sm90"
+    assert Path(r.stdout.split()[-1]) == built / build.LIB and (built / "resources.json").is_file()
+    assert {row["arch"] for row in build.resources(built)} == {"sm_90"}
+
+
+def test_unwritable_cache_names_the_variable(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(build.BuildError, match="cannot write the kernel cache .* set MLA_VERIFY_CACHE"):
+        build.build(["90"], root=blocker / "cache")
+
+
+def test_bad_arch_is_named():
+    with pytest.raises(ValueError, match="archs: expected compute capabilities"):
+        build.lib_dir(["sm_90"])
 
 
 def test_ptxas_report_parser():
