@@ -5,8 +5,19 @@ Every inventory group uses this template unless it names its own `command`. The 
 plugin in every server process reads MLA_VERIFY_BACKEND (triton = control, flash = ours),
 so a rollback is an environment change, never a different command line.
 
-Flags are those of SGLang 0.5.23 (../shared/reading/sglang.md section 4); the test
-tests/rollout/test_launch.py parses them with SGLang's own argument parser.
+Two checkpoint kinds, one template:
+- without a NextN/MTP layer (Kimi-K2 as published): EAGLE3 with an external draft
+  (`speculative_algorithm = "EAGLE3"`, the default, and `draft_model_path`);
+- with one NextN layer (DeepSeek-V3): `speculative_algorithm = "EAGLE"` and no
+  `draft_model_path`, so SGLang loads the checkpoint's own NextN layer as the draft.
+EAGLE without a draft on a checkpoint that has no NextN layer fails at the draft's weight
+load (`AssertionError: Only 1 nextn layer is supported`), minutes into the start.
+
+Flags are those of SGLang 0.5.23 (../shared/reading/sglang.md section 4). This template is
+the one source of the launch command: the README shows it rendered, and
+tests/sglang/test_sglang_launch_command.py keeps the two identical and resolves each
+documented command through SGLang's full ServerArgs resolution against Kimi-K2-shaped
+configs; tests/rollout/test_rollout_launch.py parses it with SGLang's own argument parser.
 """
 from __future__ import annotations
 
@@ -14,14 +25,18 @@ import shlex
 
 BACKEND_ENV = "MLA_VERIFY_BACKEND"
 ARMS = ("triton", "flash")  # control, candidate
+# EAGLE3 needs an external draft; EAGLE (NEXTN is SGLang's alias of it) uses the target
+# checkpoint's NextN layer when no draft path is given.
+ALGORITHMS = ("EAGLE3", "EAGLE", "NEXTN")
 
 # Parameters an inventory's [launch] table may override. model paths have no default:
 # a launch with a guessed model path would load the wrong weights for minutes.
 DEFAULTS = {
     "python": "python",
     "model_path": None,
+    # Required with EAGLE3; leave unset with EAGLE for a checkpoint with a NextN layer.
     "draft_model_path": None,
-    "speculative_algorithm": "EAGLE",
+    "speculative_algorithm": "EAGLE3",
     "speculative_num_steps": 3,
     "speculative_eagle_topk": 4,
     # T = 8 draft tokens per verify: the shape the kernel's centre point measures.
@@ -44,7 +59,6 @@ TEMPLATE = [
     "--page-size", "1",
     "--tp-size", "{tp_size}",
     "--speculative-algorithm", "{speculative_algorithm}",
-    "--speculative-draft-model-path", "{draft_model_path}",
     "--speculative-num-steps", "{speculative_num_steps}",
     "--speculative-eagle-topk", "{speculative_eagle_topk}",
     "--speculative-num-draft-tokens", "{speculative_num_draft_tokens}",
@@ -80,11 +94,21 @@ def launch_argv(params: dict, *, host: str, port: int, gpus: list[int], arm: str
     not on the command line (see the module docstring); it is accepted so every launcher
     calls this the same way."""
     values = {**DEFAULTS, **params}
-    for key in ("model_path", "draft_model_path"):
-        if not values.get(key):
-            raise ValueError(f"[launch] {key} is not set; the default launch template needs it")
+    if not values.get("model_path"):
+        raise ValueError("[launch] model_path is not set; the default launch template needs it")
+    algorithm = str(values["speculative_algorithm"])
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"[launch] speculative_algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    draft = values.get("draft_model_path")
+    if algorithm == "EAGLE3" and not draft:
+        raise ValueError("[launch] draft_model_path is not set; EAGLE3 needs an external draft model "
+                         "(for a checkpoint with a NextN layer: speculative_algorithm = \"EAGLE\" without a draft)")
     values.update(host=host, port=port, tp_size=len(gpus), bind_host=values["bind_host"] or host)
-    return render(TEMPLATE, values) + [str(a) for a in values["extra_args"]]
+    argv = render(TEMPLATE, values)
+    if draft:
+        at = argv.index("--speculative-algorithm") + 2
+        argv[at:at] = ["--speculative-draft-model-path", str(draft)]
+    return argv + [str(a) for a in values["extra_args"]]
 
 
 def shell_line(argv: list[str], env: dict[str, str]) -> str:

@@ -23,6 +23,10 @@ SGLang passes (eager and CUDA-graph forms differ only in index dtypes and sizes)
 Nothing here reads device memory or allocates (the LSE the kernel writes and SGLang
 ignores goes to scratch reserved at backend init): the call is captured in CUDA graphs
 and replayed with new lengths, so every check is on shapes, dtypes and Python scalars.
+
+A fallback is counted and logged once per reason KIND (a short stable name such as
+"kv_dtype" or "logit_cap", the `reason` label of mla_verify_fallbacks_total), with the
+first occurrence's details; sizes never make a new kind.
 """
 from __future__ import annotations
 
@@ -32,13 +36,14 @@ from collections import Counter
 import torch
 
 from ..checks import HEAD_DIM, V_DIM, VerifyInputError
+from . import metrics
 
 logger = logging.getLogger(__name__)
 
 MAX_HEADS = 128  # = kernel.ops.MAX_HEADS, checked here without importing (and building) the kernel
 
-# How often each outcome happened in this process ("flash" = our kernel ran). Under a
-# CUDA graph these count captures, not replays.
+# How often each outcome happened in this process: "flash" = our kernel ran, else the
+# fallback's reason kind. Under a CUDA graph these count captures, not replays.
 calls: Counter = Counter()
 _logged: set[str] = set()
 
@@ -50,6 +55,10 @@ _ops_module = None
 # kernel.ops.verify_attention allocates one when lse_out is None, and nothing may
 # allocate per call. Reserved outside graph capture by the plugin (reserve_lse).
 _lse_scratch: dict[torch.device, torch.Tensor] = {}
+# Scratch replaced by a larger reservation. A CUDA graph captured earlier (a second target
+# backend built later, e.g. --speculative-adaptive) still writes to the old pointer on every
+# replay, so the old tensor lives as long as the process.
+_retired_lse: list[torch.Tensor] = []
 
 
 def ops():
@@ -69,26 +78,33 @@ def use_ops(module):
     return previous
 
 
-def reserve_lse(device, tokens: int, heads: int) -> None:
-    """Make sure `device` has LSE scratch for `tokens` x `heads` (grows, never shrinks).
+def reserve_lse(device, tokens: int, heads: int) -> torch.Tensor:
+    """Make sure `device` has LSE scratch for `tokens` x `heads` fp32 values; returns it.
 
+    Grows, never shrinks, and never frees a buffer a graph may hold (see _retired_lse).
     Call outside CUDA-graph capture: the plugin does it when the backend is built, with
     tokens = request pool size x draft tokens per request and heads = the layer's heads.
     """
+    if tokens < 1 or heads < 1:
+        raise ValueError(f"reserve_lse: tokens and heads must be >= 1, got tokens={tokens}, heads={heads}")
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:   # tensors report cuda:N; key the same way
         device = torch.device("cuda", torch.cuda.current_device())
     have = _lse_scratch.get(device)
     if have is None or have.numel() < tokens * heads:
-        _lse_scratch[device] = torch.empty(tokens * heads, dtype=torch.float32, device=device)
+        if have is not None:
+            _retired_lse.append(have)
+        have = _lse_scratch[device] = torch.empty(tokens * heads, dtype=torch.float32, device=device)
+    return have
 
 
-def _fallback(reason: str) -> bool:
-    calls[reason] += 1
-    if reason not in _logged:
-        _logged.add(reason)
-        logger.warning("mla-verify: TARGET_VERIFY falls back to SGLang's extend_attention_fwd: %s "
-                       "(logged once per reason)", reason)
+def _fallback(kind: str, detail: str) -> bool:
+    calls[kind] += 1
+    metrics.count_fallback(kind)
+    if kind not in _logged:
+        _logged.add(kind)
+        logger.warning("mla-verify: TARGET_VERIFY falls back to SGLang's extend_attention_fwd: %s: %s "
+                       "(logged once per reason kind)", kind, detail)
     return False
 
 
@@ -100,59 +116,59 @@ def unsupported_reason(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffe
                        kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr, k_scale, v_scale,
                        sm_scale, logit_cap, skip_prefix_custom_mask, sliding_window_size, sinks,
                        window_kv_offsets, xai_temperature_len) -> str | None:
-    """Why the kernel cannot serve this call exactly, or None when it can."""
+    """(reason kind, detail) when the kernel cannot serve this call exactly, else None."""
     if sinks is not None:
-        return "attention sinks"
+        return "sinks", "attention sinks"
     if (sliding_window_size is not None and sliding_window_size > 0) or window_kv_offsets is not None:
-        return f"sliding window (sliding_window_size={sliding_window_size})"
+        return "sliding_window", f"sliding window (sliding_window_size={sliding_window_size})"
     if logit_cap is not None and logit_cap > 0:
-        return f"logit cap (logit_cap={logit_cap})"
+        return "logit_cap", f"logit cap (logit_cap={logit_cap})"
     if xai_temperature_len is not None and xai_temperature_len > 0:
-        return f"xai temperature (xai_temperature_len={xai_temperature_len})"
+        return "xai_temperature", f"xai temperature (xai_temperature_len={xai_temperature_len})"
     if not isinstance(k_scale, (int, float)) or not isinstance(v_scale, (int, float)):
-        return "k/v descale given as a tensor"
+        return "kv_scale", "k/v descale given as a tensor"
     if k_scale != 1.0 or v_scale != 1.0:
-        return f"k/v descale != 1 (k_scale={k_scale}, v_scale={v_scale})"
+        return "kv_scale", f"k/v descale != 1 (k_scale={k_scale}, v_scale={v_scale})"
     if not isinstance(sm_scale, (int, float)) or not sm_scale > 0:
-        return f"sm_scale={sm_scale!r} is not a positive number"
+        return "sm_scale", f"sm_scale={sm_scale!r} is not a positive number"
     if not skip_prefix_custom_mask:
-        return "skip_prefix_custom_mask=False (the mask would cover the prefix)"
+        return "prefix_mask", "skip_prefix_custom_mask=False (the mask would cover the prefix)"
     if not is_causal:
-        return "non-causal (bidirectional) extend"
+        return "non_causal", "non-causal (bidirectional) extend"
     if k_buffer.dtype != torch.bfloat16:
-        return f"KV cache dtype {_dt(k_buffer)} (fp8 KV cache or other; the kernel reads bf16)"
+        return "kv_dtype", f"KV cache dtype {_dt(k_buffer)} (fp8 KV cache or other; the kernel reads bf16)"
     if q_extend.dtype != torch.bfloat16:
-        return f"q dtype {_dt(q_extend)} (the kernel takes bf16)"
+        return "q_dtype", f"q dtype {_dt(q_extend)} (the kernel takes bf16)"
     if q_extend.dim() != 3 or q_extend.shape[2] != HEAD_DIM:
-        return f"q shape {tuple(q_extend.shape)} is not [N, H, {HEAD_DIM}] (absorbed MLA)"
+        return "head_dim", f"q shape {tuple(q_extend.shape)} is not [N, H, {HEAD_DIM}] (absorbed MLA)"
     N, H = q_extend.shape[0], q_extend.shape[1]
     if not 1 <= H <= MAX_HEADS:
-        return f"H={H} query heads outside the kernel's range 1..{MAX_HEADS}"
+        return "heads", f"H={H} query heads outside the kernel's range 1..{MAX_HEADS}"
     if k_buffer.dim() != 3 or tuple(k_buffer.shape[1:]) != (1, HEAD_DIM):
-        return f"k_buffer shape {tuple(k_buffer.shape)} is not [slots, 1, {HEAD_DIM}]"
+        return "kv_layout", f"k_buffer shape {tuple(k_buffer.shape)} is not [slots, 1, {HEAD_DIM}]"
     if (v_buffer.data_ptr() != k_buffer.data_ptr() or tuple(v_buffer.shape) != (k_buffer.shape[0], 1, V_DIM)
             or v_buffer.stride() != k_buffer.stride()):
-        return "v_buffer is not the view k_buffer[..., :512] (the kernel reads V from the K pool)"
+        return "kv_layout", "v_buffer is not the view k_buffer[..., :512] (the kernel reads V from the K pool)"
     if tuple(k_extend.shape) != (N, 1, HEAD_DIM) or k_extend.dtype != torch.bfloat16 or not k_extend.is_contiguous():
-        return f"k_extend {tuple(k_extend.shape)} {_dt(k_extend)} is not a contiguous bf16 [N, 1, {HEAD_DIM}]"
+        return "extend_layout", f"k_extend {tuple(k_extend.shape)} {_dt(k_extend)} is not a contiguous bf16 [N, 1, {HEAD_DIM}]"
     if v_extend.dim() != 3 or tuple(v_extend.shape[1:]) != (1, V_DIM):
-        return f"v_extend shape {tuple(v_extend.shape)} is not [N, 1, {V_DIM}]"
+        return "extend_layout", f"v_extend shape {tuple(v_extend.shape)} is not [N, 1, {V_DIM}]"
     if tuple(o_extend.shape) != (N, H, V_DIM) or o_extend.dtype != torch.bfloat16 or not o_extend.is_contiguous():
-        return f"o {tuple(o_extend.shape)} {_dt(o_extend)} is not a contiguous bf16 [N, H, {V_DIM}]"
+        return "out_layout", f"o {tuple(o_extend.shape)} {_dt(o_extend)} is not a contiguous bf16 [N, H, {V_DIM}]"
     for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices)):
         if t.dtype not in (torch.int32, torch.int64):
-            return f"{name} dtype {_dt(t)} (need int32/int64)"
+            return "index_dtype", f"{name} dtype {_dt(t)} (need int32/int64)"
     if qo_indptr.shape[0] < 2 or kv_indptr.shape[0] != qo_indptr.shape[0]:
-        return f"qo_indptr/kv_indptr lengths {qo_indptr.shape[0]}/{kv_indptr.shape[0]} (need equal, >= 2)"
+        return "indptr", f"qo_indptr/kv_indptr lengths {qo_indptr.shape[0]}/{kv_indptr.shape[0]} (need equal, >= 2)"
     if custom_mask is not None:
         if custom_mask.dtype not in (torch.uint8, torch.bool):
-            return f"custom_mask dtype {_dt(custom_mask)} (need uint8/bool FULL_MASK)"
+            return "mask_dtype", f"custom_mask dtype {_dt(custom_mask)} (need uint8/bool FULL_MASK)"
         if mask_indptr is None or mask_indptr.shape[0] != qo_indptr.shape[0]:
-            return "custom_mask given without a mask_indptr of length bs + 1"
+            return "mask_indptr", "custom_mask given without a mask_indptr of length bs + 1"
     devices = {t.device for t in (q_extend, k_extend, o_extend, k_buffer, qo_indptr, kv_indptr, kv_indices,
                                   custom_mask, mask_indptr) if t is not None}
     if len(devices) != 1:
-        return f"tensors on several devices {sorted(map(str, devices))}"
+        return "devices", f"tensors on several devices {sorted(map(str, devices))}"
     return None
 
 
@@ -171,22 +187,26 @@ def verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_in
                                 v_scale, sm_scale, logit_cap, skip_prefix_custom_mask, sliding_window_size,
                                 sinks, window_kv_offsets, xai_temperature_len)
     if reason is not None:
-        return _fallback(reason)
+        return _fallback(*reason)
     N, H = q_extend.shape[0], q_extend.shape[1]
     lse = _lse_scratch.get(q_extend.device)
     if lse is None or lse.numel() < N * H:
-        return _fallback(f"no LSE scratch reserved for {N} tokens x {H} heads on {q_extend.device} "
-                         "(sglang_adapter.reserve_lse; the plugin reserves it at backend init)")
+        return _fallback("lse_scratch", f"no LSE scratch reserved for {N} tokens x {H} heads on {q_extend.device} "
+                         "(adapter.reserve_lse; the plugin reserves it at backend init)")
     m = ops()
     workspace = m.get_workspace(q_extend.device)
     if qo_indptr.shape[0] - 1 > workspace.max_bs:
-        return _fallback(f"batch of {qo_indptr.shape[0] - 1} requests exceeds the workspace's max_bs "
-                         f"{workspace.max_bs}")
+        return _fallback("batch_size", f"batch of {qo_indptr.shape[0] - 1} requests exceeds the workspace's "
+                         f"max_bs {workspace.max_bs}")
     try:
         m.verify_attention(q_extend, k_buffer, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
                            qo_indptr, float(sm_scale), out=o_extend, lse_out=lse[:N * H].view(N, H),
                            workspace=workspace)
     except VerifyInputError as e:  # raised by its shape checks, before anything is launched or written
-        return _fallback(f"kernel.ops rejected the call: {e}")
+        return _fallback("kernel_rejected", f"kernel.ops rejected the call: {e}")
     calls["flash"] += 1
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        metrics.count_capture("flash")   # replays run this kernel without Python: count the capture
+    else:
+        metrics.count_kernel_call()
     return True

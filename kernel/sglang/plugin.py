@@ -2,33 +2,45 @@
 
 SGLang's `load_plugins()` runs in every process it starts (launcher, each TP/scheduler
 worker, detokenizer) and calls `register()` through the entry point in pyproject.toml
-(group `sglang.srt.plugins`, name `mla_verify`). `register()` adds one AFTER hook on
-`TritonAttnBackend.__init__` (the least invasive hook, sglang.md 3.4 (a)): the backend
-name stays `triton`, so none of SGLang's name-based gates change, and the kernel is
-reached only through the existing verify fast-path call site in `forward_extend`,
-which falls back to `extend_attention_fwd` whenever the adapter returns False.
+(group `sglang.srt.plugins`, name `mla_verify`). `register()` adds two AFTER hooks:
+- `TritonAttnBackend.__init__` (the least invasive hook, sglang.md 3.4 (a)): the backend
+  name stays `triton`, so none of SGLang's name-based gates change, and the kernel is
+  reached only through the existing verify fast-path call site in `forward_extend`,
+  which falls back to `extend_attention_fwd` whenever the adapter returns False;
+- `ServerArgs.resolve_once`: the strict checks (strict.py) on the resolved configuration,
+  in the launcher before it spawns anything and again in every scheduler process.
 
-The switch, read in each server process when the attention backend is built:
+The switch, read in each server process:
   MLA_VERIFY_BACKEND=flash   our kernel (the candidate)
   MLA_VERIFY_BACKEND=triton  SGLang's own path (the control); also when unset or empty
-  anything else              ValueError naming the variable: the worker fails to start,
-                             because a canary that silently ran the control would make
-                             the A/B compare triton with triton.
+  anything else              the process refuses to start, naming the variable
+
+With `flash`, anything that would leave SGLang's kernel serving every verify stops the
+server at start with one line (StrictFlashError, a SystemExit that SGLang's exception
+logging cannot swallow): an untested SGLang version, a hook target that does not resolve,
+a kernel library that does not load (checked here, before any weight is loaded), and the
+configurations strict.py lists. Each rank publishes which arm it installed (metrics.py).
 """
 from __future__ import annotations
 
 import logging
 import os
+import pkgutil
 
 import torch
 
+from .. import build
 from . import adapter as sglang_adapter
+from . import metrics, strict
+from .strict import StrictFlashError
+from .version import check_sglang_version
 
 logger = logging.getLogger(__name__)
 
-ENV = "MLA_VERIFY_BACKEND"
+ENV = strict.ENV
 CHOICES = ("flash", "triton")
 HOOK_TARGET = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend.__init__"
+RESOLVE_TARGET = "sglang.srt.server_args.ServerArgs.resolve_once"
 
 _registered = False
 
@@ -44,19 +56,29 @@ def selected_backend() -> str:
     return value.lower()
 
 
-def install(backend) -> bool:
-    """Point a built TritonAttnBackend's verify slot at our adapter when the switch says
-    flash and this backend verifies an MLA target. Returns whether it did."""
-    if selected_backend() != "flash":
-        return False
-    if not getattr(backend, "use_mla", False) or getattr(backend, "is_draft_runner", False) \
-            or getattr(backend, "skip_prefill", False):
-        return False  # draft runners and non-MLA models keep SGLang's code unchanged
-    m = sglang_adapter.ops()  # import now: a missing kernel build fails at startup, not mid-serve
+def _device(backend) -> torch.device:
     device = torch.device(backend.device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def install(backend) -> bool:
+    """Point a built target TritonAttnBackend's verify slot at our adapter when the switch
+    says flash; publish the arm either way. Returns whether the kernel was installed.
+
+    Raises StrictFlashError when the switch says flash but this backend's TARGET_VERIFY
+    cannot reach the kernel (strict.backend_problem)."""
+    arm = selected_backend()
+    if getattr(backend, "is_draft_runner", False) or getattr(backend, "skip_prefill", False):
+        return False  # draft runners never run TARGET_VERIFY: SGLang's code, unpublished
+    device = _device(backend)
+    if arm != "flash":
+        metrics.publish_backend("triton", device)
+        return False
+    strict.check_backend(backend)
+    m = sglang_adapter.ops()
     if device.type == "cuda":
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
         # Sized once here, before any CUDA-graph capture; calls inside capture only look it up.
         m.get_workspace(device)
     sglang_adapter.reserve_lse(device, backend.req_to_token_pool.size * backend.target_verify_num_tokens_per_req,
@@ -64,7 +86,9 @@ def install(backend) -> bool:
     backend.use_verify_shared_kv = True
     backend.verify_shared_kv_fwd = torch.compiler.disable(sglang_adapter.verify_fwd)
     backend.mla_verify_backend = "flash"
-    logger.info("mla-verify: %s=flash, TARGET_VERIFY on %s runs the mla-verify kernel", ENV, device)
+    metrics.publish_backend("flash", device, kernel_hash=build.source_hash())
+    logger.info("mla-verify: %s=flash, TARGET_VERIFY on %s runs the mla-verify kernel %s", ENV, device,
+                build.source_hash())
     return True
 
 
@@ -72,17 +96,49 @@ def _after_backend_init(_result, backend, *args, **kwargs):
     install(backend)
 
 
+def _after_resolve(_result, server_args, *args, **kwargs):
+    if selected_backend() == "flash":
+        strict.check_server_args(server_args)
+
+
+def _check_flash_can_run() -> None:
+    """What `flash` needs before any weight is loaded: a tested SGLang, hook targets that
+    resolve (SGLang would only log a failure to apply them), a kernel library that loads
+    (prebuilt, or nvcc to build it now: seconds, not after the weight load)."""
+    check_sglang_version()
+    for target in (HOOK_TARGET, RESOLVE_TARGET):
+        owner, attr = target.rsplit(".", 1)
+        if not hasattr(pkgutil.resolve_name(owner), attr):
+            raise AttributeError(f"{target} does not exist")
+    build.load()
+
+
 def register() -> None:
-    """Entry point called by SGLang's load_plugins(): register the backend hook."""
+    """Entry point called by SGLang's load_plugins(): checks, then the hooks.
+
+    With `flash`, any failure raises StrictFlashError (the process exits with one line);
+    with `triton`, a failure is left to SGLang, which logs it and runs its own path."""
     global _registered
     if _registered:
         return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
     try:
-        logger.info("mla-verify plugin: %s=%s", ENV, selected_backend())
+        arm = selected_backend()
     except ValueError as e:
-        # Registering anyway keeps the failure loud: the hook raises when the backend is built.
-        logger.error("mla-verify plugin: %s", e)
-    HookRegistry.register(HOOK_TARGET, _after_backend_init, HookType.AFTER)
+        raise StrictFlashError(f"mla-verify: {e}") from None
+    try:
+        if arm == "flash":
+            _check_flash_can_run()
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        HookRegistry.register(HOOK_TARGET, _after_backend_init, HookType.AFTER)
+        HookRegistry.register(RESOLVE_TARGET, _after_resolve, HookType.AFTER)
+    except StrictFlashError:
+        raise
+    except Exception as e:
+        if arm == "flash":
+            raise StrictFlashError(f"mla-verify: {ENV}=flash, but the plugin cannot start: "
+                                   f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; fix: see "
+                                   f"the README's 'Serving with SGLang'; or {ENV}=triton for SGLang's own path") from e
+        raise
     _registered = True
+    logger.info("mla-verify plugin: %s=%s", ENV, arm)

@@ -1,4 +1,5 @@
-"""The Kimi-K2 launch template: right flags for SGLang 0.5.23, arm only in the environment."""
+"""The Kimi-K2 launch template: right flags for SGLang 0.5.23 for both checkpoint kinds (EAGLE3
+with a draft, EAGLE on the checkpoint's own NextN layer), arm only in the environment."""
 import json
 import subprocess
 import sys
@@ -23,7 +24,9 @@ def test_template_flags():
     assert a[1:3] == ["-m", "sglang.launch_server"]
     assert flag(a, "--attention-backend") == "triton"  # both arms; the plugin reads the env
     assert flag(a, "--page-size") == "1" and flag(a, "--tp-size") == "8"
-    assert flag(a, "--speculative-algorithm") == "EAGLE" and flag(a, "--speculative-num-draft-tokens") == "8"
+    assert flag(a, "--speculative-algorithm") == "EAGLE3" and flag(a, "--speculative-num-draft-tokens") == "8"
+    assert flag(a, "--speculative-draft-model-path") == "/models/K2-eagle"
+    assert "--trust-remote-code" in a and "--enable-metrics" in a  # Kimi's tokenizer code; the arm metrics
     assert flag(a, "--context-length") == "200k" and flag(a, "--cuda-graph-max-bs-decode") == "8"
     assert "--cuda-graph-max-bs" not in a  # gone in 0.5.23 (ambiguous prefix)
     assert flag(a, "--host") == "127.0.0.1" and flag(a, "--port") == "30000"
@@ -38,9 +41,19 @@ def test_tp_size_follows_gpus_and_overrides_apply():
     assert flag(a, "--host") == "0.0.0.0" and a[-2:] == ["--x", "1"]
 
 
+def test_nextn_checkpoint_runs_eagle_without_a_draft():
+    a = launch_argv({"model_path": "/models/V3", "speculative_algorithm": "EAGLE"}, host="h", port=1, gpus=[0],
+                    arm="flash")
+    assert flag(a, "--speculative-algorithm") == "EAGLE" and "--speculative-draft-model-path" not in a
+
+
 def test_missing_model_path_is_named():
-    with pytest.raises(ValueError, match="draft_model_path"):
+    with pytest.raises(ValueError, match="draft_model_path is not set; EAGLE3 needs an external draft"):
         launch_argv({"model_path": "m"}, host="h", port=1, gpus=[0], arm="flash")
+    with pytest.raises(ValueError, match="model_path is not set"):
+        launch_argv({"draft_model_path": "d"}, host="h", port=1, gpus=[0], arm="flash")
+    with pytest.raises(ValueError, match="speculative_algorithm must be one of EAGLE3, EAGLE, NEXTN, got 'MEDUSA'"):
+        launch_argv({"model_path": "m", "speculative_algorithm": "MEDUSA"}, host="h", port=1, gpus=[0], arm="flash")
 
 
 def test_group_env_and_shell_line():
@@ -76,7 +89,7 @@ def test_sglang_0523_parser_accepts_the_template():
     assert r.stdout.strip(), r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got == {"tp_size": 8, "page_size": 1, "attention_backend": "triton", "context_length": 200000,
-                   "speculative_algorithm": "EAGLE", "speculative_num_draft_tokens": 8,
+                   "speculative_algorithm": "EAGLE3", "speculative_num_draft_tokens": 8,
                    "cuda_graph_max_bs_decode": 8, "enable_metrics": True}
     # and the pre-0.5.23 flag really is refused by the same parser, so the check above can fail
     assert r.returncode == 2 and "ambiguous option: --cuda-graph-max-bs" in r.stderr

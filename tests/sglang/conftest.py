@@ -13,23 +13,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model path below is a local 
 
 import pytest  # noqa: E402
 
-from sglang.srt import runtime_context  # noqa: E402
 from sglang.srt.plugins import load_plugins  # noqa: E402
-from sglang.srt.server_args import ServerArgs  # noqa: E402
-
-import transformers  # noqa: E402
 
 from kernel.sglang import adapter as sglang_adapter  # noqa: E402
+from kernel.sglang.harness import publish_server_args  # noqa: E402
+from kernel.sglang.model_configs import write_kimi_k2  # noqa: E402
 
 # A Kimi-K2-shaped model directory holding only config.json (no weights are loaded), and
 # the speculative settings of the README launch command (EAGLE, 3 steps, topk 4, 8 drafts).
-MODEL_DIR = tempfile.mkdtemp(prefix="mla-verify-kimi-k2-config-")
-transformers.DeepseekV3Config(architectures=["DeepseekV3ForCausalLM"], num_hidden_layers=61, num_attention_heads=64, kv_lora_rank=512,
-                              qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128).save_pretrained(MODEL_DIR)
-runtime_context.publish(
-    ServerArgs(model_path=MODEL_DIR, device="cpu", attention_backend="triton", page_size=1, speculative_algorithm="EAGLE",
-               speculative_num_steps=3, speculative_eagle_topk=4, speculative_num_draft_tokens=8),
-    role="scheduler")
+MODEL_DIR = write_kimi_k2(tempfile.mkdtemp(prefix="mla-verify-kimi-k2-config-"), nextn_layers=1)
+publish_server_args(MODEL_DIR, device="cpu")
 load_plugins()  # what every SGLang process does first; installs our hook via the entry point
 
 

@@ -1,5 +1,6 @@
 """Every case the kernel cannot serve exactly returns False (SGLang's path runs), untouched
-output, no kernel call, and one log line per reason however often it recurs."""
+output, no kernel call, and one log line per reason kind however often, and at whatever
+sizes, it recurs."""
 import logging
 
 import pytest
@@ -43,31 +44,32 @@ def _fp16_q(a):
     return dict(q_extend=a["q_extend"].half())
 
 
+# name: (change, reason kind, text of the logged detail)
 FALLBACKS = {
-    "fp8 KV cache": (_fp8_pool, "KV cache dtype float8_e4m3fn"),
-    "sliding window": (lambda a: dict(sliding_window_size=128), "sliding window"),
+    "fp8 KV cache": (_fp8_pool, "kv_dtype", "KV cache dtype float8_e4m3fn"),
+    "sliding window": (lambda a: dict(sliding_window_size=128), "sliding_window", "sliding window"),
     "sliding window offsets": (lambda a: dict(window_kv_offsets=torch.zeros(2, dtype=torch.int32)),
-                               "sliding window"),
-    "logit cap": (lambda a: dict(logit_cap=30.0), "logit cap"),
-    "sinks": (lambda a: dict(sinks=torch.zeros(8)), "attention sinks"),
-    "xai temperature": (lambda a: dict(xai_temperature_len=4), "xai temperature"),
-    "k descale": (lambda a: dict(k_scale=0.5), "k/v descale != 1"),
-    "v descale": (lambda a: dict(v_scale=2.0), "k/v descale != 1"),
-    "descale tensor": (lambda a: dict(k_scale=torch.tensor(1.0)), "descale given as a tensor"),
-    "q not bf16": (_fp16_q, "q dtype float16"),
-    "head dim 192": ("dim192", "is not [N, H, 576]"),
-    "H above 128": ("heads256", "H=256 query heads outside"),
-    "full prefix mask": (lambda a: dict(skip_prefix_custom_mask=False), "skip_prefix_custom_mask=False"),
-    "bidirectional": (lambda a: dict(is_causal=False, custom_mask=None), "non-causal"),
-    "v not a view of k": (_unviewed_v, "v_buffer is not the view"),
-    "mask without indptr": (lambda a: dict(mask_indptr=None), "without a mask_indptr"),
-    "no sm_scale": (lambda a: dict(sm_scale=None), "sm_scale=None"),
+                               "sliding_window", "sliding window"),
+    "logit cap": (lambda a: dict(logit_cap=30.0), "logit_cap", "logit cap"),
+    "sinks": (lambda a: dict(sinks=torch.zeros(8)), "sinks", "attention sinks"),
+    "xai temperature": (lambda a: dict(xai_temperature_len=4), "xai_temperature", "xai temperature"),
+    "k descale": (lambda a: dict(k_scale=0.5), "kv_scale", "k/v descale != 1"),
+    "v descale": (lambda a: dict(v_scale=2.0), "kv_scale", "k/v descale != 1"),
+    "descale tensor": (lambda a: dict(k_scale=torch.tensor(1.0)), "kv_scale", "descale given as a tensor"),
+    "q not bf16": (_fp16_q, "q_dtype", "q dtype float16"),
+    "head dim 192": ("dim192", "head_dim", "is not [N, H, 576]"),
+    "H above 128": ("heads256", "heads", "H=256 query heads outside"),
+    "full prefix mask": (lambda a: dict(skip_prefix_custom_mask=False), "prefix_mask", "skip_prefix_custom_mask=False"),
+    "bidirectional": (lambda a: dict(is_causal=False, custom_mask=None), "non_causal", "non-causal"),
+    "v not a view of k": (_unviewed_v, "kv_layout", "v_buffer is not the view"),
+    "mask without indptr": (lambda a: dict(mask_indptr=None), "mask_indptr", "without a mask_indptr"),
+    "no sm_scale": (lambda a: dict(sm_scale=None), "sm_scale", "sm_scale=None"),
 }
 
 
 @pytest.mark.parametrize("name", FALLBACKS)
 def test_fallback_declines_logs_once_and_leaves_output(cpu_ops, caplog, name):
-    change, reason = FALLBACKS[name]
+    change, kind, detail = FALLBACKS[name]
     if change == "dim192":
         a = _sglang_args(dim=192)
     elif change == "heads256":
@@ -81,8 +83,20 @@ def test_fallback_declines_logs_once_and_leaves_output(cpu_ops, caplog, name):
     assert cpu_ops.calls == [], "the kernel ran for an unsupported case"
     assert torch.isnan(a["o_extend"]).all(), "output written although SGLang's path will write it"
     lines = [r.getMessage() for r in caplog.records if r.name == "kernel.sglang.adapter"]
-    assert len(lines) == 1 and reason in lines[0], lines
-    assert sum(n for k, n in sglang_adapter.calls.items() if reason in k) == 2
+    assert len(lines) == 1 and f": {kind}: " in lines[0] and detail in lines[0], lines
+    assert sglang_adapter.calls == {kind: 2}
+
+
+def test_one_log_line_per_reason_kind_whatever_the_sizes(cpu_ops, caplog):
+    # A server meets many sizes of one unsupported feature; the log must not grow with them.
+    caplog.set_level(logging.WARNING, logger="kernel.sglang.adapter")
+    for cap in (30.0, 50.0, 12.5):
+        assert sglang_adapter.verify_fwd(**dict(_sglang_args(), logit_cap=cap)) is False
+    for heads in (256, 200):
+        assert sglang_adapter.verify_fwd(**_sglang_args(heads=heads)) is False
+    lines = [r.getMessage() for r in caplog.records if r.name == "kernel.sglang.adapter"]
+    assert len(lines) == 2, lines
+    assert sglang_adapter.calls == {"logit_cap": 3, "heads": 2}
 
 
 def test_supported_call_runs_the_kernel(cpu_ops, caplog):
@@ -97,14 +111,14 @@ def test_no_reserved_lse_scratch_falls_back(cpu_ops, caplog, monkeypatch):
     a = _sglang_args()
     monkeypatch.setattr(sglang_adapter, "_lse_scratch", {})
     assert sglang_adapter.verify_fwd(**a) is False and cpu_ops.calls == []
-    assert "no LSE scratch reserved" in caplog.records[-1].getMessage()
+    assert "lse_scratch: no LSE scratch reserved" in caplog.records[-1].getMessage()
 
 
 def test_batch_beyond_workspace_falls_back(cpu_ops, caplog):
     a = _sglang_args()
     cpu_ops.get_workspace("cpu").max_bs = 1  # the batch has 2 requests
     assert sglang_adapter.verify_fwd(**a) is False and cpu_ops.calls == []
-    assert "exceeds the workspace's max_bs 1" in caplog.records[-1].getMessage()
+    assert "batch_size: batch of 2 requests exceeds the workspace's max_bs 1" in caplog.records[-1].getMessage()
 
 
 def test_kernel_shape_rejection_falls_back(cpu_ops, caplog, monkeypatch):
@@ -114,4 +128,5 @@ def test_kernel_shape_rejection_falls_back(cpu_ops, caplog, monkeypatch):
     monkeypatch.setattr(cpu_ops, "verify_attention", reject)
     a = _sglang_args()
     assert sglang_adapter.verify_fwd(**a) is False and torch.isnan(a["o_extend"]).all()
-    assert "kernel.ops rejected the call: kv_cache: rows must be 16-byte aligned" in caplog.records[-1].getMessage()
+    assert "kernel_rejected: kernel.ops rejected the call: kv_cache: rows must be 16-byte aligned" in \
+        caplog.records[-1].getMessage()

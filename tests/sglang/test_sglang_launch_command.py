@@ -1,52 +1,124 @@
-"""The README's control and candidate launch commands parse with SGLang 0.5.23's own
-argument parser and differ only in MLA_VERIFY_BACKEND."""
-import argparse
-import importlib.util
-import pathlib
+"""The README's launch commands are the rollout template (rollout/launch.py) rendered, and
+each one starts in SGLang 0.5.23 for the checkpoint kind it is documented for.
+
+"Starts" is checked as far as a CPU can take it, with SGLang's own code: the full ServerArgs
+resolution (speculative hook, context-length check against config.json included), the
+draft's ModelConfig as the draft worker builds it, the draft architecture's model class,
+and the weight loader's NextN-layer check; then the plugin's strict-flash checks. The
+checkpoints are Kimi-K2-shaped config.json folders with and without a NextN layer.
+"""
+import importlib
 import re
 import shlex
+import types
+from pathlib import Path
 
-from sglang.srt.server_args import ServerArgs
+import pytest
+from sglang.srt.arg_groups.overrides import resolving_view
+from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.models.deepseek_common.deepseek_weight_loader import DeepseekV2WeightLoaderMixin
+from sglang.srt.server_args import prepare_server_args
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+from kernel.sglang import strict
+from kernel.sglang.model_configs import write_eagle3_draft, write_kimi_k2
+from rollout.launch import group_env, launch_argv, shell_line
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+GPUS = list(range(8))
+# The placeholders the README's commands use, per checkpoint kind.
+KINDS = {
+    "eagle3": {"model_path": "/models/kimi-k2", "draft_model_path": "/models/kimi-k2-eagle3",
+               "bind_host": "0.0.0.0"},
+    "nextn": {"model_path": "/models/mla-model-with-nextn", "speculative_algorithm": "EAGLE",
+              "bind_host": "0.0.0.0"},
+}
+# The model class module of each draft architecture these commands load.
+DRAFT_MODULES = {"DeepseekV3ForCausalLMNextN": "sglang.srt.models.deepseek_nextn",
+                 "LlamaForCausalLMEagle3": "sglang.srt.models.llama_eagle3"}
 
 
-def _commands():
+def _rendered(kind, arm):
+    return shell_line(launch_argv(KINDS[kind], host="0.0.0.0", port=30000, gpus=GPUS, arm=arm),
+                      group_env(GPUS, arm))
+
+
+def _readme_commands():
     text = README.read_text()
     section = re.search(r"^## Serving with SGLang\n(.*?)(?=^## |\Z)", text, re.S | re.M)
     assert section, "README has no '## Serving with SGLang' section"
     return [line for line in section.group(1).splitlines() if line.startswith("CUDA_VISIBLE_DEVICES=")]
 
 
-def _split(line):
-    words = shlex.split(line)
-    env = {}
-    while "=" in words[0] and not words[0].startswith("-"):
-        key, value = words.pop(0).split("=", 1)
-        env[key] = value
-    assert words[:3] == ["python", "-m", "sglang.launch_server"], words[:3]
-    return env, words[3:]
+def test_readme_shows_exactly_the_rendered_template():
+    assert _readme_commands() == [_rendered(k, arm) for k in KINDS for arm in ("triton", "flash")]
 
 
 def test_control_and_candidate_differ_only_in_the_switch():
-    cmds = [_split(c) for c in _commands()]
-    assert [env["MLA_VERIFY_BACKEND"] for env, _ in cmds] == ["triton", "flash"]
-    (env_a, args_a), (env_b, args_b) = cmds
-    assert args_a == args_b
-    assert {k: v for k, v in env_a.items() if k != "MLA_VERIFY_BACKEND"} == \
-        {k: v for k, v in env_b.items() if k != "MLA_VERIFY_BACKEND"}
+    for kind in KINDS:
+        a, b = _rendered(kind, "triton"), _rendered(kind, "flash")
+        assert a.replace("MLA_VERIFY_BACKEND=triton", "MLA_VERIFY_BACKEND=flash") == b
 
 
-def test_every_flag_exists_in_sglang_0_5_23():
-    assert importlib.util.find_spec("sglang.launch_server") is not None
-    parser = argparse.ArgumentParser(prog="sglang serve", exit_on_error=False)
-    ServerArgs.add_cli_args(parser)
-    for line in _commands():
-        env, argv = _split(line)
-        args, unknown = parser.parse_known_args(argv)
-        assert unknown == [], f"flags SGLang 0.5.23 does not know: {unknown}"
-        assert (args.attention_backend, args.page_size, args.tp_size) == ("triton", 1, 8)
-        assert (args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
-                args.speculative_num_draft_tokens) == ("EAGLE", 3, 4, 8)
-        assert (args.host, args.port, args.context_length) == ("0.0.0.0", 30000, 200_000)
-        assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == args.tp_size
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {
+        "no-nextn": write_kimi_k2(root / "kimi-k2", nextn_layers=0),
+        "nextn": write_kimi_k2(root / "with-nextn", nextn_layers=1),
+        "128k": write_kimi_k2(root / "kimi-k2-128k", nextn_layers=0, max_position_embeddings=131072),
+        "eagle3-draft": write_eagle3_draft(root / "kimi-k2-eagle3"),
+    }
+
+
+def _start(kind, target, draft=None):
+    """Resolve the documented command of `kind` with its model paths pointed at local config
+    folders, as far as SGLang gets before loading weights; returns the resolved ServerArgs.
+    Raises what SGLang raises where it would refuse to start."""
+    words = shlex.split(_rendered(kind, "flash"))
+    argv = words[words.index("sglang.launch_server") + 1:]
+    paths = {KINDS[kind]["model_path"]: str(target)}
+    if "draft_model_path" in KINDS[kind]:
+        paths[KINDS[kind]["draft_model_path"]] = str(draft)
+    argv = [paths.get(w, w) for w in argv]
+    server_args = prepare_server_args(argv)
+    server_args.device = "cuda"   # what get_device() resolves on the GPU host; this CPU has none
+    server_args.resolve_once()
+    cfg = resolving_view(server_args)
+    draft_config = ModelConfig.from_server_args(server_args, model_path=cfg.speculative_draft_model_path,
+                                                model_revision=cfg.speculative_draft_model_revision,
+                                                is_draft_model=True)
+    arch = draft_config.hf_config.architectures[0]
+    module = importlib.import_module(DRAFT_MODULES[arch])
+    cls = next(c for c in module.EntryClass if c.__name__ == arch)
+    if issubclass(cls, DeepseekV2WeightLoaderMixin):   # the draft is the checkpoint's own NextN layer
+        DeepseekV2WeightLoaderMixin._initialize_nextn_conf(types.SimpleNamespace(config=draft_config.hf_config),
+                                                           is_nextn=True)
+    return server_args
+
+
+def test_eagle3_command_starts_for_a_checkpoint_without_nextn(checkpoints, monkeypatch):
+    sa = _start("eagle3", checkpoints["no-nextn"], checkpoints["eagle3-draft"])
+    cfg = resolving_view(sa)
+    assert (cfg.speculative_algorithm, cfg.speculative_num_draft_tokens, cfg.context_length) == ("EAGLE3", 8, 200_000)
+    assert cfg.speculative_draft_model_path == str(checkpoints["eagle3-draft"]) and cfg.enable_metrics
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    assert strict.server_args_problem(sa) is None
+
+
+def test_nextn_command_starts_for_a_checkpoint_with_one_nextn_layer(checkpoints, monkeypatch):
+    sa = _start("nextn", checkpoints["nextn"])
+    cfg = resolving_view(sa)
+    assert cfg.speculative_algorithm == "EAGLE" and cfg.speculative_draft_model_path == str(checkpoints["nextn"])
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    assert strict.server_args_problem(sa) is None
+
+
+def test_nextn_command_is_refused_for_a_checkpoint_without_nextn(checkpoints):
+    # What the README's old command did with Kimi-K2: SGLang's weight loader refuses the draft.
+    with pytest.raises(AssertionError, match="Only 1 nextn layer is supported"):
+        _start("nextn", checkpoints["no-nextn"])
+
+
+def test_200k_context_is_refused_for_a_128k_checkpoint(checkpoints):
+    with pytest.raises(ValueError, match="context"):
+        _start("eagle3", checkpoints["128k"], checkpoints["eagle3-draft"])

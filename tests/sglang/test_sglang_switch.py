@@ -1,4 +1,5 @@
-"""MLA_VERIFY_BACKEND picks our kernel (flash) or SGLang's path (triton, unset); else an error."""
+"""MLA_VERIFY_BACKEND picks our kernel (flash) or SGLang's path (triton, unset); else an error.
+With flash, a target backend whose TARGET_VERIFY cannot reach the kernel refuses to be built."""
 import inspect
 
 import pytest
@@ -7,8 +8,9 @@ from sglang.kernels.ops.attention.verify_mla import verify_shared_kv_fwd
 from sglang.srt.configs.model_config import AttentionArch
 
 from kernel.sglang import adapter as sglang_adapter
+from kernel.sglang.strict import StrictFlashError
 from kernel.inputs import make_case
-from sglang_harness import Harness, oracle, rel_err
+from kernel.sglang.harness import Harness, oracle, rel_err
 
 
 def _case():
@@ -36,12 +38,18 @@ def test_triton_or_unset_leaves_sglang_path_untouched(monkeypatch, cpu_ops, valu
     assert cpu_ops.calls == [] and not sglang_adapter.calls, "the adapter ran under the control setting"
 
 
-def test_flash_in_float32_reaches_the_adapter_and_falls_back(flash):
-    # Same run as the control test above, but the adapter is consulted and declines.
-    h = Harness(dtype=torch.float32)
-    case = _case()
-    assert rel_err(h.run_eager(case), oracle(case)) < 1e-5
-    assert flash.calls == [] and sum(sglang_adapter.calls.values()) == 1 and not sglang_adapter.calls["flash"]
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float8_e4m3fn])
+def test_flash_refuses_a_kv_cache_the_kernel_cannot_read(flash, kv_dtype):
+    # Before: the backend was built, every verify fell back to SGLang's kernel, the log said ours ran.
+    with pytest.raises(StrictFlashError, match=f"the KV cache is {str(kv_dtype).replace('torch.', '')}: .*"
+                                               "fix: --kv-cache-dtype auto"):
+        Harness(dtype=kv_dtype if kv_dtype == torch.float32 else torch.bfloat16, kv_dtype=kv_dtype)
+
+
+def test_control_arm_serves_an_fp8_cache_with_sglangs_kernel(monkeypatch, cpu_ops):
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "triton")
+    b = Harness(kv_dtype=torch.float8_e4m3fn).backend
+    assert b.use_verify_shared_kv is False
 
 
 @pytest.mark.parametrize("value", ["flsh", "on", "1"])
@@ -56,6 +64,12 @@ def test_draft_runner_keeps_sglang_code(flash):
     assert b.use_verify_shared_kv is False and not hasattr(b, "mla_verify_backend")
 
 
-def test_non_mla_model_keeps_sglang_code(flash):
+def test_flash_refuses_a_non_mla_target(flash):
+    with pytest.raises(StrictFlashError, match="the target model's attention is not MLA"):
+        Harness(arch=AttentionArch.MHA)
+
+
+def test_control_arm_keeps_sglang_code_for_a_non_mla_model(monkeypatch, cpu_ops):
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "triton")
     b = Harness(arch=AttentionArch.MHA).backend
     assert b.use_verify_shared_kv is False and not hasattr(b, "mla_verify_backend")

@@ -1,0 +1,113 @@
+"""Strict `flash`: refuse to start a server whose TARGET_VERIFY cannot reach the kernel.
+
+SGLang reaches the plugin's kernel at exactly one call site, the verify fast path in
+`TritonAttnBackend.forward_extend` (../shared/reading/audit-2026-12-01/sglang-plugin.md,
+item 2). A server configured so that TARGET_VERIFY never gets there would log that the
+kernel runs and still serve every verify with SGLang's kernel: an A/B of triton against
+triton. Each such configuration is known before any weight is loaded, so with
+MLA_VERIFY_BACKEND=flash the server stops instead, with one line that names the setting
+and the fix. Checked twice: on the resolved ServerArgs (the launcher, before it spawns
+anything, and every scheduler process), and on each target backend the hook installs into.
+
+Not checkable from inside SGLang: an SGLANG_PLUGINS whitelist without `mla_verify` keeps
+this code out of every process; `rollout.arm` then reads the arm as "unknown".
+"""
+from __future__ import annotations
+
+import torch
+
+ENV = "MLA_VERIFY_BACKEND"
+TRITON_TAIL = f"; or {ENV}=triton for SGLang's own path"
+BF16_KV = ("auto", "bf16", "bfloat16")
+
+
+class StrictFlashError(SystemExit):
+    """MLA_VERIFY_BACKEND=flash, but TARGET_VERIFY could not reach the kernel: refuse to start.
+
+    A SystemExit, so SGLang's `except Exception` around plugins and hooks cannot swallow
+    it and the process exits printing this one line (no traceback)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _msg(setting: str, why: str, fix: str) -> str:
+    return f"mla-verify: {ENV}=flash, but {setting}: {why}; fix: {fix}{TRITON_TAIL}"
+
+
+def server_args_problem(server_args) -> str | None:
+    """The one-line refusal for a resolved ServerArgs whose TARGET_VERIFY would not reach
+    the kernel, or None when it would."""
+    from sglang.srt.arg_groups.model_override_base import attention_backends_of
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    cfg = resolving_view(server_args)
+    if str(cfg.model_path).lower() in ("none", "dummy"):
+        return None   # SGLang's own placeholder records (override_server_args), not a server
+    if cfg.use_ray:
+        return _msg("--use-ray", "SGLang's Ray scheduler actors never load plugins, so no rank installs the "
+                    "kernel", "launch without --use-ray (python -m sglang.launch_server)")
+    if not cfg.speculative_algorithm:
+        return _msg("no --speculative-algorithm", "without speculative decoding there is no TARGET_VERIFY "
+                    "for the kernel to serve", "add the speculative flags of the README's launch command")
+    if cfg.device not in (None, "cuda"):
+        return _msg(f"--device {cfg.device}", "the kernel runs on CUDA GPUs only", "--device cuda")
+    if (cfg.dcp_size or 1) > 1:
+        return _msg(f"--dcp-size {cfg.dcp_size}", "decode context parallelism sends TARGET_VERIFY to "
+                    "SGLang's DCP extend path before the verify call site", "--dcp-size 1")
+    if cfg.enable_deterministic_inference:
+        return _msg("--enable-deterministic-inference", "deterministic mode sends TARGET_VERIFY to SGLang's "
+                    "unified extend kernel before the verify call site", "drop --enable-deterministic-inference")
+    prefill, decode = attention_backends_of(cfg)
+    mode = cfg.speculative_attention_mode
+    verify = decode if mode == "decode" else prefill
+    if verify != "triton":
+        flag = ("--decode-attention-backend" if mode == "decode" and cfg.decode_attention_backend else
+                "--prefill-attention-backend" if mode != "decode" and cfg.prefill_attention_backend else
+                "--attention-backend")
+        return _msg(f"TARGET_VERIFY runs on the {verify!r} attention backend ({flag}, "
+                    f"--speculative-attention-mode {mode})", "the kernel is installed only into SGLang's triton "
+                    "backend", f"{flag} triton")
+    if str(cfg.kv_cache_dtype).lower() not in BF16_KV:
+        return _msg(f"--kv-cache-dtype {cfg.kv_cache_dtype}", "the kernel reads a bf16 KV cache, so every "
+                    "TARGET_VERIFY would fall back to SGLang's kernel", "--kv-cache-dtype auto (bf16)")
+    return None
+
+
+def backend_problem(backend) -> str | None:
+    """The one-line refusal for a target TritonAttnBackend (not a draft runner) that the
+    kernel cannot serve, or None. Reads the fields its verify call site depends on."""
+    if not getattr(backend, "use_mla", False):
+        return _msg("the target model's attention is not MLA", "the kernel serves absorbed MLA (576/512) only",
+                    "serve a DeepSeek-V3 / Kimi-K2 class model")
+    if getattr(backend, "dcp_size", 1) > 1:
+        return _msg(f"the backend has dcp_size {backend.dcp_size}", "TARGET_VERIFY takes SGLang's DCP path",
+                    "--dcp-size 1")
+    if getattr(backend, "enable_deterministic", False):
+        return _msg("the backend runs deterministic inference", "TARGET_VERIFY takes SGLang's unified kernel",
+                    "drop --enable-deterministic-inference")
+    if getattr(backend, "dllm_attention", None) is not None:
+        return _msg("the backend serves a diffusion LLM", "its extend path never reaches the verify call site",
+                    "serve an autoregressive MLA model")
+    pool = backend.token_to_kv_pool
+    dtype = getattr(pool, "dtype", None)
+    if dtype is not None and dtype != torch.bfloat16:
+        return _msg(f"the KV cache is {str(dtype).replace('torch.', '')}", "the kernel reads a bf16 KV cache, so "
+                    "every TARGET_VERIFY would fall back to SGLang's kernel", "--kv-cache-dtype auto (bf16)")
+    return None
+
+
+def check_server_args(server_args) -> None:
+    problem = server_args_problem(server_args)
+    if problem:
+        raise StrictFlashError(problem)
+
+
+def check_backend(backend) -> None:
+    problem = backend_problem(backend)
+    if problem:
+        raise StrictFlashError(problem)

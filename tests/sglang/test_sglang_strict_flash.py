@@ -1,0 +1,157 @@
+"""Strict flash: every configuration in which SGLang's kernel would still serve each
+TARGET_VERIFY stops the server at start, with one line naming the setting and the fix.
+
+The configurations go through SGLang's real ServerArgs resolution, and the refusal through
+the plugin's real hook on `ServerArgs.resolve_once` (applied by conftest's load_plugins());
+one test runs the real launcher, `python -m sglang.launch_server`, in a subprocess.
+"""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sglang.srt.server_args import prepare_server_args
+
+from kernel import build
+from kernel.sglang import plugin, strict
+from kernel.sglang.model_configs import write_eagle3_draft, write_kimi_k2
+from kernel.sglang.strict import StrictFlashError
+from rollout.launch import launch_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def command(tmp_path_factory):
+    """The documented EAGLE3 command's SGLang arguments, pointed at local config folders."""
+    root = tmp_path_factory.mktemp("strict")
+    target, draft = write_kimi_k2(root / "kimi-k2"), write_eagle3_draft(root / "draft")
+    argv = launch_argv({"model_path": str(target), "draft_model_path": str(draft)}, host="127.0.0.1", port=30000,
+                       gpus=list(range(8)), arm="flash")
+    return argv[argv.index("sglang.launch_server") + 1:]
+
+
+def _without(argv, flag, values=1):
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 1 + values:]
+
+
+def _no_spec(argv):
+    for flag in ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
+                 "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
+        argv = _without(argv, flag)
+    return argv
+
+
+# name: (argv change, text the refusal must name)
+CONFIGS = {
+    "dcp": (lambda a: a + ["--dcp-size", "2"], "but --dcp-size 2: .*fix: --dcp-size 1"),
+    "deterministic": (lambda a: a + ["--enable-deterministic-inference"],
+                      "but --enable-deterministic-inference: .*fix: drop --enable-deterministic-inference"),
+    "hybrid, verify on prefill": (lambda a: a + ["--prefill-attention-backend", "flashinfer"],
+                                  "'flashinfer' attention backend \\(--prefill-attention-backend.*"
+                                  "fix: --prefill-attention-backend triton"),
+    "another backend": (lambda a: _without(a, "--attention-backend") + ["--attention-backend", "fa3"],
+                        "'fa3' attention backend \\(--attention-backend.*fix: --attention-backend triton"),
+    "fp8 KV cache": (lambda a: a + ["--kv-cache-dtype", "fp8_e4m3"],
+                     "but --kv-cache-dtype fp8_e4m3: .*fix: --kv-cache-dtype auto"),
+    "ray launcher": (lambda a: a + ["--use-ray"], "but --use-ray: .*never load plugins"),
+    "no speculative decoding": (_no_spec, "but no --speculative-algorithm"),
+}
+
+
+def _resolved(argv):
+    sa = prepare_server_args(argv)
+    sa.device = "cuda"   # what get_device() resolves on the GPU host; this CPU has none
+    return sa
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_resolution_refuses_with_one_line_naming_setting_and_fix(command, monkeypatch, name):
+    change, expected = CONFIGS[name]
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    sa = _resolved(change(list(command)))
+    with pytest.raises(StrictFlashError, match=expected) as e:
+        sa.resolve_once()   # the plugin's AFTER hook runs the check
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("mla-verify: MLA_VERIFY_BACKEND=flash, but ")
+    assert msg.endswith("or MLA_VERIFY_BACKEND=triton for SGLang's own path")
+
+
+@pytest.mark.parametrize("name", ["dcp", "fp8 KV cache", "hybrid, verify on prefill"])
+def test_control_arm_starts_with_the_same_configuration(command, monkeypatch, name):
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "triton")
+    _resolved(CONFIGS[name][0](list(command))).resolve_once()
+
+
+def test_verify_on_a_triton_decode_backend_is_accepted(command, monkeypatch):
+    # TARGET_VERIFY follows --speculative-attention-mode: decode -> the (triton) decode backend
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    sa = _resolved(command + ["--prefill-attention-backend", "flashinfer", "--speculative-attention-mode", "decode"])
+    sa.resolve_once()
+    assert strict.server_args_problem(sa) is None
+
+
+def test_documented_command_is_accepted(command, monkeypatch):
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    _resolved(list(command)).resolve_once()
+
+
+def test_register_refuses_flash_when_the_kernel_library_cannot_load(monkeypatch):
+    def no_toolchain(*a, **k):
+        raise build.BuildError("nvcc not found: install the CUDA toolkit, put nvcc on PATH, or set NVCC / CUDA_HOME")
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.setattr(build, "load", no_toolchain)
+    with pytest.raises(StrictFlashError, match="the plugin cannot start: BuildError: nvcc not found"):
+        plugin.register()
+    assert isinstance(StrictFlashError("x"), SystemExit)  # SGLang's `except Exception` cannot swallow it
+
+
+def test_register_refuses_flash_when_a_hook_target_is_gone(monkeypatch):
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.setattr(plugin, "RESOLVE_TARGET", "sglang.srt.server_args.ServerArgs.resolve_twice")
+    monkeypatch.setattr(build, "load", lambda *a, **k: None)
+    with pytest.raises(StrictFlashError, match="ServerArgs.resolve_twice does not exist"):
+        plugin.register()
+
+
+def test_register_refuses_an_invalid_switch_value(monkeypatch):
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "fast")
+    monkeypatch.setattr(plugin, "_registered", False)
+    with pytest.raises(StrictFlashError, match="MLA_VERIFY_BACKEND='fast' is not one of flash, triton"):
+        plugin.register()
+
+
+LAUNCH_ENV = {"HF_HUB_OFFLINE": "1", "SGLANG_PLUGINS": ""}
+
+
+def _launch(argv, **env):
+    """The real launcher, as an operator starts it (a torchvision shim first: CPU torch)."""
+    code = ("import runpy, sys, torch\n"
+            "lib = torch.library.Library('torchvision', 'DEF')\n"
+            "for op in ('nms', 'qnms'):\n"
+            "    lib.define(op + '(Tensor dets, Tensor scores, float iou_threshold) -> Tensor')\n"
+            "sys.argv = ['sglang.launch_server'] + sys.argv[1:]\n"
+            "runpy.run_module('sglang.launch_server', run_name='__main__')\n")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=180,
+                       env={**os.environ, **LAUNCH_ENV, **env}, cwd=ROOT)
+    return r, time.monotonic() - t0
+
+
+def test_real_launcher_refuses_in_seconds_with_one_line(command, tmp_path):
+    r, seconds = _launch(command + ["--device", "cuda", "--dcp-size", "2"], MLA_VERIFY_BACKEND="flash")
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert last.startswith("mla-verify: MLA_VERIFY_BACKEND=flash, but --dcp-size 2"), r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    # and without a kernel build and without nvcc, the launcher stops at load_plugins(), first thing
+    env = {"MLA_VERIFY_BACKEND": "flash", "MLA_VERIFY_CACHE": str(tmp_path / "empty"), "NVCC": "/nonexistent",
+           "CUDA_HOME": str(tmp_path), "PATH": str(Path(sys.executable).parent)}
+    r2, seconds2 = _launch(list(command), **env)
+    assert r2.returncode == 1 and "BuildError: nvcc not found" in r2.stderr.strip().splitlines()[-1], r2.stderr[-3000:]
+    assert seconds2 < 60
