@@ -12,6 +12,9 @@
   extend_attention_fwd, SGLang verify_shared_kv_fwd (chains) and naive torch, around the
   centre point S = 185k, T = 8, H = 8, page 1 scattered, batch 1.
 - integration: the SGLang plugin's adapter on a 61-layer Kimi-K2 shape (issue 4).
+- sglang-backend: SGLang's real TritonAttnBackend with the plugin through its hook, CUDA graphs
+  of 61 layers, both arms, memcheck (kernel/sglang/backend_check.py; issue 12). Not in the
+  default stages: needs the sglang bundle on PYTHONPATH (python -m kernel.sglang.device_bundle).
 Timings: median over repeats of CUDA-event-timed CUDA-graph replays (slow calls: timed one
 by one), after warm-up, rotating input copies so L2 does not serve repeats.
 """
@@ -88,6 +91,12 @@ def main(argv=None) -> int:
             for c in res_i["cases"]:
                 summary.append(f"61 layers S={c['S']} T={c['T']} {c['tree']}: plugin {c['plugin_ms_per_step']:.2f} ms, "
                                f"triton {c['triton_ms_per_step']:.2f} ms, err {c['rel_err_plugin_vs_triton']:.1e}")
+    if "sglang-backend" in stages:
+        from .sglang.backend_check import run as run_backend_check
+        res_b = dict(info, **run_backend_check(log=log))
+        (out / f"sglang-backend-{tag}-{stamp}.json").write_text(json.dumps(res_b, indent=1))
+        summary.append(f"sglang-backend: {len(res_b['cases'])} cases, all_pass={res_b['all_pass']}, "
+                       f"{res_b['seconds']:.0f} s")
     if "once" in stages:   # a single centre-point call, for a profiler to attach to
         c = make_case([185000], [8], 8, tree="ddtree", layout="scattered", seed=77, device="cuda")
         for _ in range(3):

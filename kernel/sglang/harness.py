@@ -274,6 +274,13 @@ class Harness:
             out = self._forward(backend, g.fb, g.q, g.k)
         return self._real(out, case)
 
+    def replay_graph(self, backend=None) -> None:
+        """Replay `backend`'s captured graph on the inputs it holds (for timing; CUDA only)."""
+        g = self._graphs[id(backend or self.backend)]
+        if g.cuda_graph is None:
+            raise ValueError("replay_graph: this capture ran without a CUDA graph (cuda_graph=False)")
+        g.cuda_graph.replay()
+
     def _real(self, outs, case):
         n = case.q.shape[0]
         outs = [o[:n] for o in outs]

@@ -44,3 +44,24 @@ def flash(monkeypatch, cpu_ops):
     """MLA_VERIFY_BACKEND=flash with the CPU stand-in kernel."""
     monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
     return cpu_ops
+
+
+@pytest.fixture
+def bf16_interpreter(monkeypatch):
+    """Triton's interpreter multiplies bf16's raw bits in tl.dot (triton-lang/triton#11584):
+    upcast bf16 operands to fp32 first, so SGLang's kernels run right in bf16 here."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    dot = interpreter.InterpreterBuilder.create_dot
+
+    def f32(t):
+        if not t.dtype.scalar.is_bf16():
+            return t
+        return interpreter.TensorHandle((t.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return dot(self, f32(a), f32(b), d, input_precision, max_num_imprecise_acc)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)
