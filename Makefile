@@ -30,6 +30,9 @@ test-sglang: $(STAMP) ## run the SGLang plugin tests only (CPU, real SGLang 0.5.
 kernel-build: $(STAMP) ## compile the kernel for sm_80/86/89/90/120 into the cache (CACHE=dir: prebuild for a serving image) and print resource usage
 	$(VPY) -m kernel.build --all-archs --report $(if $(CACHE),--cache-dir "$(CACHE)")
 
+sglang-bundle: $(STAMP) ## build .sglang-site/: SGLang 0.5.23 and what it needs, for a GPU machine without it (PYTHONPATH=.sglang-site)
+	$(VPY) -m kernel.sglang.device_bundle .sglang-site
+
 gpu-run: ## on a CUDA machine: build, validate, benchmark with its own python3; JSON into OUT=dir (default reports/data)
 	PYTHONPATH=$(CURDIR) $(PY) -m kernel.gpu_run --out $${OUT:-reports/data}
 
@@ -51,7 +54,7 @@ reports: $(STAMP) ## measure anew if a CUDA GPU is here, then render every phase
 clean: ## remove build outputs (keeps .venv and reports/)
 	rm -rf build .pytest_cache
 
-.PHONY: help venv test test-sglang kernel-build gpu-run phase0 phase1 phase2 phase3 reports clean
+.PHONY: help venv test test-sglang kernel-build sglang-bundle gpu-run phase0 phase1 phase2 phase3 reports clean
 
 # ---- rollout tool (rollout/, tests/rollout/) ----
 INVENTORY ?= rollout/inventory.example.toml

@@ -108,6 +108,11 @@ def _fallback(kind: str, detail: str) -> bool:
     return False
 
 
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether this call is being recorded into a CUDA graph (on t's device)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 def _dt(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
@@ -205,7 +210,7 @@ def verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_in
     except VerifyInputError as e:  # raised by its shape checks, before anything is launched or written
         return _fallback("kernel_rejected", f"kernel.ops rejected the call: {e}")
     calls["flash"] += 1
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+    if _capturing(q_extend):
         metrics.count_capture("flash")   # replays run this kernel without Python: count the capture
     else:
         metrics.count_kernel_call()
