@@ -97,8 +97,16 @@ def _after_backend_init(_result, backend, *args, **kwargs):
 
 
 def _after_resolve(_result, server_args, *args, **kwargs):
-    if selected_backend() == "flash":
-        strict.check_server_args(server_args)
+    if selected_backend() != "flash":
+        return
+    # SGLang applies each hook in its own try and only logs a failure: this hook running
+    # proves nothing about the other, so look at the backend's __init__ itself.
+    owner, attr = HOOK_TARGET.rsplit(".", 1)
+    if getattr(pkgutil.resolve_name(owner).__dict__.get(attr), "__wrapped__", None) is None:
+        raise StrictFlashError(f"mla-verify: {ENV}=flash, but the hook on {HOOK_TARGET} was not applied (see "
+                               "SGLang's 'Failed to apply hooks' log line), so no backend would install the "
+                               f"kernel; fix: that error; or {ENV}=triton for SGLang's own path")
+    strict.check_server_args(server_args)
 
 
 def _check_flash_can_run() -> None:

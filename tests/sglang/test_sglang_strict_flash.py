@@ -99,6 +99,15 @@ def test_documented_command_is_accepted(command, monkeypatch):
     _resolved(list(command)).resolve_once()
 
 
+def test_resolution_refuses_when_the_backend_hook_was_not_applied(command, monkeypatch):
+    # SGLang's apply_hooks() logs a failure per target and carries on
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+    monkeypatch.setattr(TritonAttnBackend, "__init__", TritonAttnBackend.__dict__["__init__"].__wrapped__)
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    with pytest.raises(StrictFlashError, match="TritonAttnBackend.__init__ was not applied"):
+        _resolved(list(command)).resolve_once()
+
+
 def test_register_refuses_flash_when_the_kernel_library_cannot_load(monkeypatch):
     def no_toolchain(*a, **k):
         raise build.BuildError("nvcc not found: install the CUDA toolkit, put nvcc on PATH, or set NVCC / CUDA_HOME")
