@@ -71,10 +71,10 @@ _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 
 def _variant(mangled: str) -> str:
-    """A readable name for one instantiation: 'rows64', 'small_nt4_pf0', 'combine_r32', ..."""
+    """A readable name for one instantiation: 'rows64', 'small_nt4', 'combine_r32', ..."""
     args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
-    if "mla_verify_kernel_small" in mangled and len(args) >= 2:
-        return f"small_nt{args[0]}_pf{args[1]}"
+    if "mla_verify_kernel_small" in mangled and args:
+        return f"small_nt{args[0]}"
     if "mla_verify_kernel_rows64" in mangled:
         return "rows64"
     if "mla_verify_combine" in mangled and args:
@@ -150,7 +150,6 @@ def load(archs=ARCHS) -> ctypes.CDLL:
     lib.mla_verify_launch.restype = i
     lib.mla_verify_workspace_bytes.argtypes = [i, i]
     lib.mla_verify_workspace_bytes.restype = ll
-    lib.mla_verify_grid.argtypes = [i, i, i, i, i]
     lib.mla_verify_rows_per_cta.argtypes = [i]
     lib.mla_verify_error_string.argtypes = [i]
     lib.mla_verify_error_string.restype = ctypes.c_char_p

@@ -22,8 +22,8 @@ DEFAULT_MAX_BS = 4096
 # the MMA's M dimension), 1/2/4 = small (operands swapped, 8 * id rows).
 TIERS = {0: 64, 1: 8, 2: 16, 4: 32}
 # The tier for requests of more than 32 rows, and when the rows per request are not known
-# statically; chosen by measurement (kernel/NOTES.md).
-LARGE_TIER = 4
+# statically: rows64, measured faster there than 32-row tiles of the small tier (kernel/NOTES.md).
+LARGE_TIER = 0
 
 
 def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None) -> int:

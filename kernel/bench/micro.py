@@ -2,8 +2,8 @@
 left out, so what is measured is exactly the code that ships.
 
 - stream (rung L1): the kernel without its math and merge (mode 1 | 4): the paged KV gather
-  alone, per tier and streaming option (8: L2 evict-first on the stream, 16: L2 prefetch 4
-  tiles beyond the ring), as GB/s of the KV bytes against the read ceiling of the same run.
+  alone, per tier and L2 policy (the small tier's evict-first, or plain), as GB/s of the KV
+  bytes against the read ceiling of the same run.
 - mma (rung L2): the kernel without its KV loads and merge (mode 2 | 4): the per-tile math on
   shared-memory-resident tiles, as SM clocks per 16-token tile on the busiest CTA.
 - full: the whole kernel (mode 0) and without the merge (mode 4): the merge's share.
@@ -19,9 +19,9 @@ from ..ops import TIERS, get_workspace, launch
 from .timing import log, time_calls
 
 BN, MIN_CHUNK, ROW_BYTES = 16, 128, 576 * 2
-MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_EVICT_FIRST, MODE_PREFETCH = 1, 2, 4, 8, 16
-STREAM_OPTIONS = {"plain": 0, "evict_first": MODE_EVICT_FIRST, "l2_prefetch": MODE_PREFETCH,
-                  "evict_first+l2_prefetch": MODE_EVICT_FIRST | MODE_PREFETCH}
+MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
+# the small tier streams under an L2 evict-first policy; mode 8 measures the plain policy beside it
+STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}
 # (S, T, H, tiers): the centre, the rows of T = 1 and 4, and compute-bound T
 SHAPES = ((185000, 8, 8, (4, 0)), (185000, 1, 8, (1, 0)), (185000, 4, 8, (4, 0)), (185000, 16, 8, (4, 0)),
           (185000, 32, 8, (4, 0)), (16384, 8, 8, (4, 0)))

@@ -99,9 +99,9 @@ def compare_sglang(sgl, case) -> dict:
             "heads": H, "draft_lens": case.meta["draft_lens"], "prefix_lens": case.meta["prefix_lens"]}
 
 
-# (heads, max_draft_len passed, tier forced): the large default, the 8-row tier as SGLang's
-# static draft length selects it, and rows64 forced
-GRAPH_CONFIGS = ((8, None, None), (1, 8, None), (8, 8, 0))
+# (heads, max_draft_len passed, tier forced): 64 rows per request with no length hint, and
+# 8, 16 and 32 rows as SGLang's static draft length selects the small tiers
+GRAPH_CONFIGS = ((8, None, None), (1, 8, None), (2, 8, None), (4, 8, None))
 
 
 def graph_check(tol: float) -> dict:

@@ -11,7 +11,7 @@ namespace mlav {
 constexpr int CT = 128;               // 4 warps
 constexpr int CW = CT / 32;
 constexpr int SLICES = 4;             // 128 columns each; a lane holds 4 columns
-constexpr int MAX_SPLITS_SMEM = 1024;
+constexpr int MAX_SPLITS_SMEM = 1024;   // > the 4 x SMs items a launch can have
 
 template <int BMR>
 __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
@@ -37,10 +37,11 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   if (ns <= 1) return;
   const int local = (int)((n - qo_start) * p.H + row % p.H);
   const int rt = local / BMR, ri = local % BMR;
+  // ns <= part_cap <= 4 x SMs < MAX_SPLITS_SMEM: every split's log2-LSE, then weight, in smem
   float M = -INFINITY;
   for (int s = tid; s < ns; s += CT) {
     float v = p.part_lse[(long long)(base + s * nrt + rt) * BMR + ri];
-    if (s < MAX_SPLITS_SMEM) w[s] = v;
+    w[s] = v;
     M = fmaxf(M, v);
   }
 #pragma unroll
@@ -51,20 +52,31 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
 #pragma unroll
   for (int i = 1; i < CW; ++i) M = fmaxf(M, red[i]);
   const float shift = M == -INFINITY ? 0.f : M;
+  for (int s = tid; s < ns; s += CT) w[s] = exp2f(w[s] - shift);
+  __syncthreads();
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float wsum = 0.f;
   const int col = slice * 128 + lane * 4;
-#pragma unroll 4
-  for (int s = warp; s < ns; s += CW) {
-    const long long slot = base + (long long)s * nrt + rt;
-    const float ls = s < MAX_SPLITS_SMEM ? w[s] : p.part_lse[slot * BMR + ri];
-    const float ws = exp2f(ls - shift);
-    const uint2 raw = *reinterpret_cast<const uint2*>(p.part_o + (slot * BMR + ri) * DV + col);
-    if (ws > 0.f) {           // an empty split's partial is 0 * anything: never read it as NaN
-      float2 v0 = unpack_bf16(raw.x), v1 = unpack_bf16(raw.y);
-      acc.x += ws * v0.x; acc.y += ws * v0.y; acc.z += ws * v1.x; acc.w += ws * v1.y;
+  // UNR loads in flight per warp before any is used: a row's splits stream in parallel
+  constexpr int UNR = 8;
+  for (int s0 = warp; s0 < ns; s0 += CW * UNR) {
+    uint2 raw[UNR];
+    float wt[UNR];
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) {
+      const int s = s0 + u * CW;
+      wt[u] = s < ns ? w[s] : 0.f;
+      raw[u] = s < ns ? *reinterpret_cast<const uint2*>(p.part_o + ((base + (long long)s * nrt + rt) * BMR + ri) * DV + col)
+                      : make_uint2(0u, 0u);
     }
-    wsum += ws;
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) {
+      if (wt[u] > 0.f) {      // an empty split's partial is 0 * anything: never read it as NaN
+        float2 v0 = unpack_bf16(raw[u].x), v1 = unpack_bf16(raw[u].y);
+        acc.x += wt[u] * v0.x; acc.y += wt[u] * v0.y; acc.z += wt[u] * v1.x; acc.w += wt[u] * v1.y;
+      }
+      wsum += wt[u];
+    }
   }
   __syncthreads();                            // red[] is reused for the weight sums
   if (lane == 0) red[warp] = wsum;

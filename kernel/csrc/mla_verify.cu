@@ -16,8 +16,11 @@
 namespace {
 using namespace mlav;
 
+// The workspace holds partials for up to CAP_MULT x SMs items (two per CTA of a tier that runs
+// two CTAs per SM) of up to 64 rows, so every tier's layout fits the same buffer.
+constexpr int CAP_MULT = 4;
 size_t table_bytes(int max_bs) { return ((size_t)max_bs * 4 * sizeof(int) + 255) / 256 * 256; }
-int part_cap(int target_ctas) { return 2 * target_ctas; }
+size_t lse_floats(int target_ctas) { return (size_t)CAP_MULT * target_ctas * rows64::BM; }
 int rows_of_tier(int tier) { return tier == 0 ? rows64::BM : 8 * tier; }
 
 // The >48 KB opt-in is per device and per kernel; set it once, outside any later graph capture.
@@ -29,13 +32,29 @@ cudaError_t allow_smem(K kernel, int bytes, int dev, bool* done) {
   return err;
 }
 
-template <int NT, int PF>
-cudaError_t launch_small(const Params& p, int grid, cudaStream_t st, int dev) {
+// CTAs of `kernel` one SM holds (registers and shared memory of this device), asked once
+// per device outside any graph capture; the schedule aims at SMs x this many CTAs.
+template <typename K>
+int blocks_per_sm(K kernel, int smem, int dev, int* cache) {
+  if (dev < 64 && cache[dev] > 0) return cache[dev];
+  int n = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, NTHREADS, smem) != cudaSuccess || n < 1) n = 1;
+  if (dev < 64) cache[dev] = n;
+  return n;
+}
+
+template <int NT>
+cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int dev) {
   static bool done[64] = {};
+  static int occ[64] = {};
   constexpr int smem = small::Layout<NT>::SMEM;
-  cudaError_t err = allow_smem(small::mla_verify_kernel_small<NT, PF>, smem, dev, done);
+  auto kernel = small::mla_verify_kernel_small<NT>;
+  cudaError_t err = allow_smem(kernel, smem, dev, done);
   if (err != cudaSuccess) return err;
-  small::mla_verify_kernel_small<NT, PF><<<grid, NTHREADS, smem, st>>>(p);
+  const int per_sm = blocks_per_sm(kernel, smem, dev, occ);
+  p.target_ctas *= per_sm < CAP_MULT / 2 ? per_sm : CAP_MULT / 2;
+  p.part_cap = 2 * p.target_ctas;
+  kernel<<<grid_for(8 * NT, p.target_ctas, num_tokens, p.H, bs), NTHREADS, smem, st>>>(p);
   return cudaGetLastError();
 }
 
@@ -56,18 +75,14 @@ int mla_verify_rows_per_cta(int tier) { return rows_of_tier(tier); }
 // Workspace for a device with `target_ctas` resident CTAs and up to `max_bs` requests
 // (sized for the tier with the most rows per tile; bf16 partials).
 long long mla_verify_workspace_bytes(int target_ctas, int max_bs) {
-  size_t cap = part_cap(target_ctas);
-  return (long long)(table_bytes(max_bs) + cap * rows64::BM * sizeof(float) + cap * rows64::BM * DV * 2);
+  return (long long)(table_bytes(max_bs) + lse_floats(target_ctas) * sizeof(float) + lse_floats(target_ctas) * DV * 2);
 }
 
-int mla_verify_grid(int tier, int target_ctas, int num_tokens, int H, int bs) {
-  return grid_for(rows_of_tier(tier), target_ctas, num_tokens, H, bs);
-}
 
 // Launches the verify kernel of `tier` and the merge of split partials on `stream`. Returns a
 // cudaError_t value (0 on success). No host synchronisation and no allocation. `mode` is 0
-// in production; its bits drop stages for the benchmark's diagnostics or pick the small
-// tier's streaming options (verify_common.cuh).
+// in production; its bits drop stages for the benchmark's diagnostics or switch the small
+// tier's cache policy (verify_common.cuh).
 int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const void* kv_indptr, int kv_indptr_64,
                       const void* kv_indices, int kv_indices_64, const void* kext, long long ext_stride,
                       const void* mask, const void* mask_indptr, int mask_indptr_64, const void* qo_indptr,
@@ -75,6 +90,7 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
                       void* workspace, int target_ctas, int max_bs, void* stream, int mode, int tier) {
   if (num_tokens == 0 || bs == 0) return 0;
   if (tier != 0 && tier != 1 && tier != 2 && tier != 4) return (int)cudaErrorInvalidValue;
+  if ((long long)target_ctas * CAP_MULT / 2 > MAX_SPLITS_SMEM) return (int)cudaErrorInvalidValue;  // merge's smem
   Params p;
   p.q = static_cast<const __nv_bfloat16*>(q);
   p.kv = static_cast<const __nv_bfloat16*>(kv);
@@ -92,30 +108,28 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   p.lse = lse;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   p.table = reinterpret_cast<int*>(ws);
-  p.part_cap = part_cap(target_ctas);
+  p.part_cap = 2 * target_ctas;   // the small tier raises it with its CTAs per SM
   p.part_lse = reinterpret_cast<float*>(ws + table_bytes(max_bs));
-  p.part_o = reinterpret_cast<__nv_bfloat16*>(p.part_lse + (size_t)p.part_cap * rows64::BM);
+  p.part_o = reinterpret_cast<__nv_bfloat16*>(p.part_lse + lse_floats(target_ctas));
   p.target_ctas = target_ctas;
   p.mode = mode;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return (int)err;
-  const int rows = rows_of_tier(tier);
-  const int grid = grid_for(rows, target_ctas, num_tokens, H, bs);
-  const bool pf = mode & MODE_PREFETCH;
   if (tier == 0) {
     static bool done[64] = {};
     err = allow_smem(rows64::mla_verify_kernel_rows64, rows64::SMEM_BYTES, dev, done);
     if (err != cudaSuccess) return (int)err;
-    rows64::mla_verify_kernel_rows64<<<grid, NTHREADS, rows64::SMEM_BYTES, st>>>(p);
+    rows64::mla_verify_kernel_rows64<<<grid_for(rows64::BM, target_ctas, num_tokens, H, bs), NTHREADS,
+                                       rows64::SMEM_BYTES, st>>>(p);
     err = cudaGetLastError();
   } else if (tier == 1) {
-    err = pf ? launch_small<1, 4>(p, grid, st, dev) : launch_small<1, 0>(p, grid, st, dev);
+    err = launch_small<1>(p, num_tokens, bs, st, dev);
   } else if (tier == 2) {
-    err = pf ? launch_small<2, 4>(p, grid, st, dev) : launch_small<2, 0>(p, grid, st, dev);
+    err = launch_small<2>(p, num_tokens, bs, st, dev);
   } else {
-    err = pf ? launch_small<4, 4>(p, grid, st, dev) : launch_small<4, 0>(p, grid, st, dev);
+    err = launch_small<4>(p, num_tokens, bs, st, dev);
   }
   if (err != cudaSuccess) return (int)err;
   if (mode & MODE_NO_MERGE) return 0;

@@ -10,9 +10,11 @@
 // runs while tiles j+1..j+3 stream in; after barrier 2 each warp does PV(j) then QK(j+1),
 // two independent MMA streams. Rows beyond 32 (T * H > 32) take more row tiles that read the
 // same KV range side by side (through L2).
-// KV: 4 stages of 16 tokens (3 tiles, 55 KB, in flight), slot indices fetched QD tiles ahead
-// into a register queue, optional L2 prefetch PF tiles beyond the ring, optional L2
-// evict-first policy on the stream (mode bit 8).
+// KV: 4 stages of 16 tokens (3 tiles, 55 KB, in flight) under an L2 evict-first policy (mode
+// bit 8 turns it off for the stream microbenchmark), slot indices copied by cp.async IDX_AHEAD
+// tiles ahead into a shared window, so no register ever waits on an index load. NT <= 2 fits
+// two CTAs per SM where shared memory allows (H200: yes; sm_120's 100 KB per SM: no); the
+// host sizes the schedule from the occupancy it measures.
 #pragma once
 #include "verify_common.cuh"
 
@@ -21,6 +23,8 @@ namespace small {
 
 constexpr int STAGES = 4;
 constexpr int RING_BYTES = STAGES * TILE_BYTES;        // 73,728
+constexpr int IDX_AHEAD = 4;                           // tiles between an index copy and its use
+constexpr int IDX_WIN = 8;                             // tiles in the index window (> IDX_AHEAD)
 
 template <int NT>
 struct Layout {
@@ -34,16 +38,17 @@ struct Layout {
   static constexpr int OFF_ALPHA = OFF_PS + PS_BYTES;   // [R] rescale of the running O
   static constexpr int OFF_INV = OFF_ALPHA + R * 4;     // [R] 1 / l at the end
   static constexpr int OFF_LSE = OFF_INV + R * 4;       // [R] log2-LSE at the end
-  static constexpr int SMEM = OFF_LSE + R * 4;
+  static constexpr int OFF_IDX = (OFF_LSE + R * 4 + 15) / 16 * 16;   // [IDX_WIN][BN] slot ids, 8 B each
+  static constexpr int SMEM = OFF_IDX + IDX_WIN * BN * 8;
+  static constexpr int MIN_BLOCKS = NT <= 2 ? 2 : 1;    // CTAs per SM the registers are capped for
   static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
   static_assert(R * DV * 2 <= RING_BYTES, "the output staging reuses the ring");
 };
 
-template <int NT, int PF>
-__global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel_small(const Params p) {
+template <int NT>
+__global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_kernel_small(const Params p) {
   using Lo = Layout<NT>;
   constexpr int R = Lo::R, TPR = Lo::TPR, TOK = Lo::TOK;
-  constexpr int QD = PF + 2;                 // slot-index queue depth (tiles)
   extern __shared__ __align__(128) uint8_t smem[];
   Item it;
   if (!plan_item<R>(p, reinterpret_cast<int*>(smem + RING_BYTES), it)) return;
@@ -60,16 +65,34 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel_small(const Par
   float* alpha_s = reinterpret_cast<float*>(smem + Lo::OFF_ALPHA);
   float* inv_s = reinterpret_cast<float*>(smem + Lo::OFF_INV);
   float* lse_s = reinterpret_cast<float*>(smem + Lo::OFF_LSE);
-  const bool evict_first = p.mode & MODE_EVICT_FIRST;
+  uint8_t* idx_win = smem + Lo::OFF_IDX;
+  const bool evict_first = !(p.mode & MODE_PLAIN_CACHE);
   const uint64_t pol = evict_first ? policy_evict_first() : 0ull;
 
   // ---- KV producer: thread -> token tid / 16 of a tile, 16-byte chunks (tid % 16) + 16 i
   const int ld_tok = tid >> 4, ld_lane = tid & 15;
   const int n_tiles = (it.p1 - it.p0 + BN - 1) / BN;
-  auto slot_of = [&](int tile) -> long long {
+  auto slot_of = [&](int tile) -> long long {      // direct load: the prologue's first tiles only
     int pos = it.p0 + tile * BN + ld_tok;
     if (tile >= n_tiles || pos >= it.p1 || pos >= it.S) return -1;
     return p.kv_indices ? ld_index(p.kv_indices, p.kv_indices_64, it.kv0 + pos) : it.kv0 + pos;
+  };
+  // one thread per token copies its slot id into the window; read back IDX_AHEAD tiles later,
+  // after a wait_group and a CTA barrier have passed in between
+  const int isz = p.kv_indices_64 ? 8 : 4;
+  auto copy_index = [&](int tile) {
+    int pos = it.p0 + tile * BN + ld_tok;
+    if (ld_lane != 0 || !p.kv_indices || tile >= n_tiles || pos >= it.p1 || pos >= it.S) return;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (it.kv0 + pos) * isz;
+    uint32_t dst = smem_u32(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
+    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+  };
+  auto window_slot = [&](int tile) -> long long {
+    int pos = it.p0 + tile * BN + ld_tok;
+    if (!p.kv_indices) return it.kv0 + pos;
+    const uint8_t* e = idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8;
+    return isz == 8 ? *reinterpret_cast<const long long*>(e) : (long long)*reinterpret_cast<const int*>(e);
   };
   auto row_src = [&](int tile, long long slot) -> const __nv_bfloat16* {
     int pos = it.p0 + tile * BN + ld_tok;
@@ -91,19 +114,18 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel_small(const Par
       }
     }
   };
-  // slot queue: sq[k] = slot of this thread's token in tile j + 3 + k at the top of step j
-  long long sq[QD];
-#pragma unroll
-  for (int k = 0; k < QD; ++k) sq[k] = slot_of(3 + k);
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents, so no NaN path changes the timing
     for (int i = tid; i < RING_BYTES / 16; i += NTHREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
-  // prologue: tiles 0..2 before anything else, so the DRAM stream starts at once
+  // prologue: tiles 0..2 before anything else, so the DRAM stream starts at once; the index
+  // window for tiles 3 .. 2 + IDX_AHEAD rides in the first group
 #pragma unroll
   for (int t = 0; t < 3; ++t) {
     if (loads && t < n_tiles) load_tile(t, slot_of(t));
+    if (t == 0 && loads)
+      for (int k = 3; k < 3 + IDX_AHEAD; ++k) copy_index(k);
     cp_async_commit();
   }
 
@@ -142,9 +164,14 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel_small(const Par
   // partial S^T of tile `tile` over this warp's k-steps -> xs
   auto qk = [&](int tile) {
     const __nv_bfloat16* kt = ring + (tile % STAGES) * (BN * D);
-    float s[NT][4];
+    // CH independent accumulator chains per n-tile (k-steps alternate between them), so that
+    // few rows still give the tensor pipe more than one MMA in flight per warp
+    constexpr int CH = NT <= 2 ? 2 : 1;
+    float s[CH][NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    for (int c = 0; c < CH; ++c)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) s[c][nt][0] = s[c][nt][1] = s[c][nt][2] = s[c][nt][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < 5; ++kk) {
       if (kk < nk) {
@@ -153,12 +180,17 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel_small(const Par
         uint32_t a[4];
         ldsm_x4(smem_u32(kt + swz(tok, ch) * 8), a[0], a[1], a[2], a[3]);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma16816(s[nt], a, qb[kk][nt][0], qb[kk][nt][1]);
+        for (int nt = 0; nt < NT; ++nt) mma16816(s[kk % CH][nt], a, qb[kk][nt][0], qb[kk][nt][1]);
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      *reinterpret_cast<float4*>(xs + ((warp * NT + nt) * 32 + lane) * 4) = make_float4(s[nt][0], s[nt][1], s[nt][2], s[nt][3]);
+    for (int nt = 0; nt < NT; ++nt) {
+      float4 v = make_float4(s[0][nt][0], s[0][nt][1], s[0][nt][2], s[0][nt][3]);
+      if (CH > 1) {
+        v.x += s[CH - 1][nt][0]; v.y += s[CH - 1][nt][1]; v.z += s[CH - 1][nt][2]; v.w += s[CH - 1][nt][3];
+      }
+      *reinterpret_cast<float4*>(xs + ((warp * NT + nt) * 32 + lane) * 4) = v;
+    }
   };
 
   cp_async_wait<2>();
@@ -167,18 +199,12 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel_small(const Par
 
   for (int j = 0; j < n_tiles; ++j) {
     __syncthreads();                                      // barrier 1: xs(j) complete, PV(j-1) done
-    {
+    if (loads) {
       const int jn = j + 3;                               // refill the stage PV(j-1) released
-      if (loads && jn < n_tiles) load_tile(jn, sq[0]);
-      cp_async_commit();
-      if (PF > 0 && loads && ld_lane < 9) {               // 9 lines of 128 B per 1152-B row
-        const __nv_bfloat16* src = row_src(jn + PF, sq[PF < QD ? PF : QD - 1]);
-        if (src) prefetch_l2(reinterpret_cast<const char*>(src) + ld_lane * 128);
-      }
-#pragma unroll
-      for (int k = 0; k < QD - 1; ++k) sq[k] = sq[k + 1];
-      sq[QD - 1] = slot_of(jn + QD);
+      if (jn < n_tiles) load_tile(jn, window_slot(jn));
+      copy_index(jn + IDX_AHEAD);
     }
+    cp_async_commit();
     if (math) {
       // ---- softmax of tile j: sum the eight partials, mask, online max/sum, P^T -> ps
       if (sm_active) {
