@@ -22,9 +22,11 @@ BN, MIN_CHUNK, ROW_BYTES = 16, 128, 576 * 2
 MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
 # the small tier streams under an L2 evict-first policy; mode 8 measures the plain policy beside it
 STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}
-# (S, T, H, tiers): the centre, the rows of T = 1 and 4, and compute-bound T
-SHAPES = ((185000, 8, 8, (4, 0)), (185000, 1, 8, (1, 0)), (185000, 4, 8, (4, 0)), (185000, 16, 8, (4, 0)),
-          (185000, 32, 8, (4, 0)), (16384, 8, 8, (4, 0)))
+# (S, T, H, tiers): the centre, the rows of T = 1 and 4, compute-bound T, and a short
+# context; each at its candidate tiers (more row tiles of fewer rows read the KV through L2)
+SHAPES = ((185000, 8, 8, (4, 2, 1, 0)), (185000, 1, 8, (1, 0)), (185000, 4, 8, (4, 2, 1, 0)),
+          (185000, 2, 8, (2, 1, 0)), (185000, 16, 8, (4, 2, 0)), (185000, 32, 8, (4, 2, 0)),
+          (16384, 8, 8, (4, 2, 0)))
 
 
 def sm_clock_mhz() -> dict:
