@@ -7,6 +7,7 @@ captured in a CUDA graph and replayed with new lengths, slots and trees.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
@@ -22,8 +23,16 @@ DEFAULT_MAX_BS = 4096
 # the MMA's M dimension), 1/2/4 = small (operands swapped, 8 * id rows).
 TIERS = {0: 64, 1: 8, 2: 16, 4: 32}
 # The tier for requests of more than 32 rows, and when the rows per request are not known
-# statically: rows64, measured faster there than 32-row tiles of the small tier (kernel/NOTES.md).
-LARGE_TIER = 0
+# statically: rows64, measured faster there than 32-row tiles of the small tier on the H200
+# (kernel/NOTES.md). MLA_VERIFY_LARGE_TIER=4 selects the 32-row tiles instead, which the sm_120
+# model estimates faster there (unmeasured: a canary can decide), read once at import.
+def _large_tier(value: str) -> int:
+    if value.strip() not in {str(t) for t in TIERS}:
+        raise VerifyInputError(f"MLA_VERIFY_LARGE_TIER={value!r} is not one of {sorted(TIERS)}")
+    return int(value)
+
+
+LARGE_TIER = _large_tier(os.environ.get("MLA_VERIFY_LARGE_TIER", "0") or "0")
 
 
 def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None) -> int:
@@ -153,6 +162,10 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
     bs, H = check_shapes(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else kv_indptr, k_extend,
                          custom_mask, mask_indptr, qo_indptr, sm_scale, float_dtypes=(torch.bfloat16,))
     N = q.shape[0]
+    if tier is None:
+        tier = pick_tier(H, N, bs, max_draft_len)
+    elif tier not in TIERS:
+        raise VerifyInputError(f"tier: {tier!r} is not one of {sorted(TIERS)}")
     if H > MAX_HEADS:
         raise VerifyInputError(f"q: {H} heads, the kernel supports at most {MAX_HEADS}")
     _check_layout("q", q, HEAD_DIM)
@@ -185,10 +198,6 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
         out = torch.empty(N, H, V_DIM, dtype=torch.bfloat16, device=q.device)
     if lse_out is None:
         lse_out = torch.empty(N, H, dtype=torch.float32, device=q.device)
-    if tier is None:
-        tier = pick_tier(H, N, bs, max_draft_len)
-    elif tier not in TIERS:
-        raise VerifyInputError(f"tier: {tier!r} is not one of {sorted(TIERS)}")
     torch.ops.mla_verify.verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
                                           qo_indptr, float(sm_scale), out, lse_out, ws.buffer, ws.target_ctas,
                                           ws.max_bs, int(tier))

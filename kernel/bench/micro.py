@@ -16,6 +16,7 @@ import torch
 
 from ..inputs import make_case
 from ..ops import TIERS, get_workspace, launch
+from .sm120_estimate import SM120, estimate
 from .timing import log, time_calls
 
 BN, MIN_CHUNK, ROW_BYTES = 16, 128, 576 * 2
@@ -91,4 +92,6 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
                 log(f"micro full   S={S} T={T} tier {tier} {full:8.1f} us, merge {full - nomerge:5.1f} us")
         del case, o, lse
         torch.cuda.empty_cache()
-    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "rows": rows}
+    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "rows": rows,
+            "sm120_estimate": {"model": "estimate, not a measurement: kernel/bench/sm120_estimate.py",
+                               "assumptions": SM120, "rows": estimate(rows, tiles_per_cta)}}
