@@ -27,7 +27,6 @@ record_path = ""  # runner only: where this notebook writes its index record
 defrag_threshold = 0.10  # layout slow-downs below this fraction count as "does not matter"
 
 # %%
-#papermill_description=load_measurements
 import warnings
 
 import pandas as pd
@@ -177,9 +176,11 @@ fig = figures.bandwidth_vs_s(s_rows, read_gbps, "Scaling in S: effective bandwid
 
 # %%
 lay = data.select(df, sweep="layout", impl=data.OURS)
-ref = lay[(lay["layout"] == "contiguous") & (lay["page_size"] == 1)].groupby("S")["time_us"].median()
+contiguous_1 = (lay["layout"] == "contiguous") & (lay["page_size"] == 1)
+ref = lay[contiguous_1].groupby("S")["time_us"].median()
 if ref.empty:
-    raise data.MeasurementError(f"{bench['_path']}: layout sweep has no contiguous page-1 rows of ours")
+    raise data.MeasurementError(f"{bench['_path']}: layout sweep has no contiguous page-1 rows "
+                                "of ours")
 tab = (lay.groupby(["S", "layout", "page_size"], as_index=False)["time_us"].median()
        .query("S in @ref.index").sort_values(["S", "page_size", "layout"]))
 tab["time / contiguous page 1"] = tab["time_us"] / tab["S"].map(ref)

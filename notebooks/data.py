@@ -54,6 +54,29 @@ def _date(doc: dict, path) -> datetime:
     return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
 
 
+def _read(path: Path) -> dict:
+    """A measurement file's JSON: an object with a top-level 'kind', or a MeasurementError."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise MeasurementError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(doc, dict) or "kind" not in doc:
+        raise MeasurementError(f"{path}: not a measurement (no top-level 'kind')")
+    return doc
+
+
+def _showable(doc: dict, allow_fixture: bool) -> dict:
+    """doc, if a report may show it: test fixtures ("fixture": true) only in smoke runs, so a
+    report can never present generated numbers as measurements; provenance complete."""
+    if doc.get("fixture") and not allow_fixture:
+        raise MeasurementError(f"{doc['_path']}: is test fixture data (\"fixture\": true); "
+                               "only smoke=True runs may render it")
+    missing = [k for k in PROVENANCE_KEYS if k not in doc]
+    if missing:
+        raise MeasurementError(f"{doc['_path']}: missing provenance keys {missing}")
+    return doc
+
+
 def load_all(data_dir: str | Path, kind: str | None = None) -> list[dict]:
     """Every measurement JSON in data_dir (of `kind`, if given), each with '_path' and '_date'.
 
@@ -65,12 +88,7 @@ def load_all(data_dir: str | Path, kind: str | None = None) -> list[dict]:
         raise MeasurementError(f"data_dir: no such directory: {str(data_dir)!r}")
     docs = []
     for path in sorted(data_dir.glob("*.json")):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise MeasurementError(f"{path}: not readable JSON ({e})") from None
-        if not isinstance(doc, dict) or "kind" not in doc:
-            raise MeasurementError(f"{path}: not a measurement (no top-level 'kind')")
+        doc = _read(path)
         if kind is not None and doc["kind"] != kind:
             continue
         doc["_path"], doc["_date"] = str(path), _date(doc, path)
@@ -79,11 +97,7 @@ def load_all(data_dir: str | Path, kind: str | None = None) -> list[dict]:
 
 
 def newest(data_dir: str | Path, kind: str, *, allow_fixture: bool = False) -> dict:
-    """The file of this kind with the latest 'date'.
-
-    Test fixtures carry "fixture": true; only smoke runs may show them, so a report can never
-    present generated numbers as measurements.
-    """
+    """The file of this kind with the latest 'date', if a report may show it (_showable)."""
     exists = Path(data_dir).is_dir()
     docs = load_all(data_dir, kind) if exists else []
     if not docs:
@@ -91,34 +105,16 @@ def newest(data_dir: str | Path, kind: str, *, allow_fixture: bool = False) -> d
             f"no measurement of kind {kind!r} in {str(data_dir)!r}"
             f"{'' if exists else ' (the directory does not exist)'}: run `make phase2` on a CUDA "
             f"machine (it runs `python -m kernel.gpu_run --out reports/data`) or copy its JSON there")
-    doc = max(docs, key=lambda d: d["_date"])
-    if doc.get("fixture") and not allow_fixture:
-        raise MeasurementError(f"{doc['_path']}: is test fixture data (\"fixture\": true); "
-                               "only smoke=True runs may render it")
-    missing = [k for k in PROVENANCE_KEYS if k not in doc]
-    if missing:
-        raise MeasurementError(f"{doc['_path']}: missing provenance keys {missing}")
-    return doc
+    return _showable(max(docs, key=lambda d: d["_date"]), allow_fixture)
 
 
 def load_file(path: str | Path, *, allow_fixture: bool = False) -> dict:
     """One named measurement file (e.g. the bench file an emulator says its model read), with
     the same checks as newest()."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise MeasurementError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(doc, dict) or "kind" not in doc:
-        raise MeasurementError(f"{path}: not a measurement (no top-level 'kind')")
+    doc = _read(path)
     doc["_path"], doc["_date"] = str(path), _date(doc, path)
-    if doc.get("fixture") and not allow_fixture:
-        raise MeasurementError(f"{path}: is test fixture data (\"fixture\": true); "
-                               "only smoke=True runs may render it")
-    missing = [k for k in PROVENANCE_KEYS if k not in doc]
-    if missing:
-        raise MeasurementError(f"{path}: missing provenance keys {missing}")
-    return doc
+    return _showable(doc, allow_fixture)
 
 
 def not_shown(data_dir: str | Path, shown: list[dict]) -> list[dict]:

@@ -45,7 +45,8 @@ def correctness(val: dict) -> dict:
     text = (f"{v['n_pass']} of {v['n_cases']} cases pass at relative tolerance "
             f"{v['tolerance']:g} against the float64 oracle (worst error {v['max_rel_err']:.3g}); "
             + ("NaN poison: no NaN output, no unwritten row" if clean else
-               f"NaN poison: {v['nan_cases']} cases with NaN, {v['unwritten_total']} unwritten rows"))
+               f"NaN poison: {v['nan_cases']} cases with NaN, "
+               f"{v['unwritten_total']} unwritten rows"))
     return finding("correctness", "correct", text, "pass" if v["all_pass"] and clean else "fail",
                    "correctness")
 
@@ -118,15 +119,18 @@ def contiguous(tab) -> list[dict]:
     return [finding("contiguous", "contiguous cache", text, "info", "contiguous")]
 
 
+# left-aligned and top-aligned whatever the page's table style (Jupyter's right-aligns cells)
+CELL = "padding:2px 8px;text-align:left;vertical-align:top"
+
+
 def row(f: dict, href: str = "") -> str:
     """One finding as a table row: status, check, text, and a link to its evidence
     (href + '#' + anchor; href empty: the same page)."""
     sym, colour, word = MARK[f["status"]]
     link = f'<a href="{html.escape(href)}#{html.escape(f["anchor"])}">evidence</a>'
-    return (f'<tr><td style="color:{colour};white-space:nowrap;padding:2px 8px;text-align:left;vertical-align:top">{sym} {word}'
-            f'</td><td style="padding:2px 8px;text-align:left;vertical-align:top"><b>{html.escape(f["check"])}</b></td>'
-            f'<td style="padding:2px 8px;text-align:left;vertical-align:top">{html.escape(f["text"])}</td>'
-            f'<td style="padding:2px 8px;text-align:left;vertical-align:top">{link}</td></tr>')
+    return (f'<tr><td style="color:{colour};white-space:nowrap;{CELL}">{sym} {word}</td>'
+            f'<td style="{CELL}"><b>{html.escape(f["check"])}</b></td>'
+            f'<td style="{CELL}">{html.escape(f["text"])}</td><td style="{CELL}">{link}</td></tr>')
 
 
 def box(findings: list[dict], title: str, rows: str = "") -> str:

@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("target", help="phase0..phase3, all, a notebook name, or a .py path")
     ap.add_argument("-p", "--param", nargs=2, action="append", default=[],
                     metavar=("NAME", "VALUE"),
-                    help="notebook parameter; the value must fit the type of the notebook's default")
+                    help="notebook parameter; the value must have the type of its default")
     ap.add_argument("--measure", choices=("auto", "never"), default="never",
                     help="auto: on a CUDA machine run kernel.gpu_run first (default: never)")
     ap.add_argument("--reports-dir", type=Path, default=TRACKED_REPORTS)

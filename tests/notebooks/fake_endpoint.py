@@ -49,7 +49,8 @@ class FakeEndpoint:
             def _route(self, method: str):
                 path = urlsplit(self.path).path
                 if path in ("/server_info", "/get_server_info"):
-                    return self._reply(200, "application/json", json.dumps(fake.server_info).encode())
+                    info = json.dumps(fake.server_info).encode()
+                    return self._reply(200, "application/json", info)
                 if path == "/metrics":
                     if fake.metrics is None:
                         return self._reply(404, "text/plain", b"Not Found")

@@ -28,7 +28,8 @@ def test_live_endpoint_without_metrics_is_unknown_not_assumed():
 def test_metrics_without_the_contract_leave_a_live_arm_unknown():
     """A server_info claim is only trusted from an endpoint that says it is an emulator."""
     info = {**SGLANG_INFO, "emulated_arm": "flash", "MLA_VERIFY_BACKEND": "flash"}
-    with FakeEndpoint(info, "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 0\n") as ep:
+    plain = "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 0\n"
+    with FakeEndpoint(info, plain) as ep:
         e = endpoints.identify(ep.url, "candidate")
     assert e["emulated"] is False and e["arm"] == "unknown"
 

@@ -21,14 +21,15 @@ def _rows(xs, impls=("flash", "sglang_extend"), x="batch", base=100.0):
 
 def _data_lines(ax):
     """Lines that connect measured points (not reference lines: those are horizontal)."""
-    return [ln for ln in ax.get_lines() if len(set(ln.get_xdata())) > 1 and len(set(ln.get_ydata())) > 1]
+    return [ln for ln in ax.get_lines()
+            if len(set(ln.get_xdata())) > 1 and len(set(ln.get_ydata())) > 1]
 
 
 def _visible_ticks(ax, which):
     axis = ax.yaxis if which == "y" else ax.xaxis
     lo, hi = sorted(ax.get_ylim() if which == "y" else ax.get_xlim())
-    return [t.get_text() for t in axis.get_ticklabels() if lo <= t.get_position()[which == "y"] <= hi
-            and t.get_text()]
+    return [t.get_text() for t in axis.get_ticklabels()
+            if lo <= t.get_position()[which == "y"] <= hi and t.get_text()]
 
 
 @pytest.mark.parametrize("xs", [[8], [1, 64]])
@@ -55,8 +56,8 @@ def test_linear_y_starts_at_zero_so_small_differences_look_small():
 
 
 def test_layout_bars_start_at_zero():
-    lay = pd.DataFrame([{"layout": lay, "page_size": p, "time_us": t} for lay, p, t in
-                        (("contiguous", 1, 176.0), ("scattered", 1, 175.6), ("scattered", 64, 175.9))])
+    cases = (("contiguous", 1, 176.0), ("scattered", 1, 175.6), ("scattered", 64, 175.9))
+    lay = pd.DataFrame([{"layout": lay, "page_size": p, "time_us": t} for lay, p, t in cases])
     fig = figures.layout_bars(lay, "t")
     assert fig.axes[0].get_ylim()[0] == 0 and len(fig.axes[0].patches) == 3
     plt.close(fig)
