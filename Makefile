@@ -11,17 +11,24 @@ STAMP := $(VENV)/.installed-stamp
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# The first run installs torch, SGLang and Jupyter: several minutes, so every step
+# says what it does and pip prints a line per package as it goes instead of running silently.
 $(STAMP): pyproject.toml requirements/base.lock requirements/sglang-cpu.lock
+	@echo "[venv 1/4] creating $(VENV) with $(PY)"
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
-	$(VPY) -m pip install -q --disable-pip-version-check "setuptools>=68" wheel
-	$(VPY) -m pip install -q --disable-pip-version-check --no-deps -r requirements/base.lock -r requirements/sglang-cpu.lock
-	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
-	$(VPY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@$(VPY) -m pip install -q --disable-pip-version-check "setuptools>=68" wheel
+	@echo "[venv 2/4] installing $$(cat requirements/base.lock requirements/sglang-cpu.lock | grep -c '==') pinned packages (torch, SGLang and Jupyter among them: several minutes on a first run)"
+	@$(VPY) -m pip install --disable-pip-version-check --no-deps -r requirements/base.lock -r requirements/sglang-cpu.lock
+	@echo "[venv 3/4] installing this project (editable) and its SGLang plugin entry point"
+	@$(VPY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@echo "[venv 4/4] registering the Jupyter kernel python3 for the notebooks"
+	@$(VPY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@touch $@
+	@echo "[venv] ready: $(VENV)"
 
 venv: $(STAMP) ## create .venv and install the pinned dependencies (other targets do this for you)
 
-test: $(STAMP) ## run the whole test suite (CPU; builds the CUDA kernel for every target arch with nvcc)
+test: $(STAMP) ## run the whole test suite (no GPU; needs the CUDA toolkit's nvcc: it builds the kernel for every arch)
 	$(VPY) -m pytest -q
 
 test-sglang: $(STAMP) ## run the SGLang plugin tests only (CPU, real SGLang 0.5.23 classes, Triton interpreter)

@@ -102,6 +102,18 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 
+def _variant(mangled: str) -> str:
+    """A readable name for one instantiation: 'rows64', 'small_nt4', 'combine_r32', ..."""
+    args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
+    if "mla_verify_kernel_small" in mangled and args:
+        return f"small_nt{args[0]}"
+    if "mla_verify_kernel_rows64" in mangled:
+        return "rows64"
+    if "mla_verify_combine" in mangled and args:
+        return f"combine_r{args[0]}"
+    return mangled
+
+
 def parse_ptxas(log: str) -> list[dict]:
     """Per (kernel, arch): registers, static smem, stack frame and spill bytes from -Xptxas -v."""
     rows, cur = [], None
@@ -110,7 +122,7 @@ def parse_ptxas(log: str) -> list[dict]:
         if m:
             name = m.group(1)
             short = next((k for k in ("mla_verify_kernel", "mla_verify_combine", "mma_ceiling_kernel") if k in name), name)
-            cur = {"kernel": short, "arch": m.group(2)}
+            cur = {"kernel": short, "arch": m.group(2), "variant": _variant(name)}
             rows.append(cur)
             continue
         if cur is None:
@@ -174,11 +186,11 @@ def load(archs=ARCHS) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(d / LIB))
     vp, i, ll, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
     lib.mla_verify_launch.argtypes = [vp, vp, ll, vp, i, vp, i, vp, ll, vp, vp, i, vp, i, i, i, i, f, vp, vp,
-                                      vp, i, i, vp, i]
+                                      vp, i, i, vp, i, i]
     lib.mla_verify_launch.restype = i
     lib.mla_verify_workspace_bytes.argtypes = [i, i]
     lib.mla_verify_workspace_bytes.restype = ll
-    lib.mla_verify_grid.argtypes = [i, i, i, i]
+    lib.mla_verify_rows_per_cta.argtypes = [i]
     lib.mla_verify_error_string.argtypes = [i]
     lib.mla_verify_error_string.restype = ctypes.c_char_p
     lib.mla_verify_num_sms.argtypes = [i]

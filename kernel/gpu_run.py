@@ -1,20 +1,23 @@
 """One command on a CUDA machine: build, validate, benchmark; JSON into --out, a table last.
 
-    python -m kernel.gpu_run --out reports/data [--quick] [--stages validate,graph,bench,integration]
+    python -m kernel.gpu_run --out reports/data [--quick] [--stages validate,graph,stream,mma,full,bench,integration]
 
 - validate: >= 500 random configurations (every tree generator, page sizes 1/16/64,
   scattered and fragmented pools with NaN in unused slots, ragged batches, T up to 1024,
   H up to 128, up to 256 requests) against the float64 oracle, outputs poisoned with NaN
-  before every call; plus SGLang's own extend_attention_fwd on the same inputs.
-- graph: capture the call in a CUDA graph, replay with new lengths, slots and trees, compare
-  with eager.
+  before every call, each at its default tier and a quarter of them at each other tier;
+  plus SGLang's own extend_attention_fwd on the same inputs.
+- graph: capture the call in a CUDA graph per tier, replay with new lengths, slots and
+  trees, compare with eager.
+- stream, mma, full: the ladder's microbenchmarks, each tier with stages left out
+  (kernel/bench/micro.py).
 - bench: read and mma.sync ceilings measured in this run, then our kernel, SGLang
   extend_attention_fwd, SGLang verify_shared_kv_fwd (chains) and naive torch, around the
   centre point S = 185k, T = 8, H = 8, page 1 scattered, batch 1.
-- integration: the SGLang plugin's adapter on a 61-layer Kimi-K2 shape (issue 4).
+- integration: the SGLang plugin's adapter on a 61-layer Kimi-K2 shape.
 - sglang-backend: SGLang's real TritonAttnBackend with the plugin through its hook, CUDA graphs
-  of 61 layers, both arms, memcheck (kernel/sglang/backend_check.py; issue 12). Not in the
-  default stages: needs the sglang bundle on PYTHONPATH (python -m kernel.sglang.device_bundle).
+  of 61 layers, both arms, memcheck (kernel/sglang/backend_check.py). Not in the default
+  stages: needs the sglang bundle on PYTHONPATH (python -m kernel.sglang.device_bundle).
 Timings: median over repeats of CUDA-event-timed CUDA-graph replays (slow calls: timed one
 by one), after warm-up, rotating input copies so L2 does not serve repeats.
 """
@@ -31,7 +34,8 @@ import torch
 from . import build
 from .bench.ceilings import mma_ceiling, read_ceiling
 from .bench.env import env_info, git_commit
-from .bench.sweeps import bench, diagnostics
+from .bench import micro
+from .bench.sweeps import bench
 from .bench.timing import log
 from .bench.validate import graph_check, validate
 from .inputs import make_case
@@ -39,12 +43,17 @@ from .ops import verify_attention
 
 
 
+STAGES = ("validate", "graph", "stream", "mma", "full", "bench", "integration", "sglang-backend", "once")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="reports/data", help="folder for the JSON results")
     ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT") or git_commit(),
                     help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
-    ap.add_argument("--stages", default="validate,graph,bench,integration")
+    ap.add_argument("--stages", default="validate,graph,stream,mma,full,bench,integration",
+                    help="comma-separated: validate, graph, stream, mma, full (microbenchmarks), bench, "
+                         "integration, sglang-backend, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
     ap.add_argument("--quick", action="store_true", help="a short benchmark (centre and 16k, T <= 64)")
     ap.add_argument("--tol", type=float, default=1e-2)
@@ -54,6 +63,11 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     stages = set(a.stages.split(","))
+    unknown = stages - set(STAGES)
+    if unknown:
+        print(f"error: --stages: unknown stage(s) {', '.join(sorted(unknown))}; known: {', '.join(STAGES)}",
+              file=sys.stderr)
+        return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     info = env_info(a.commit)
@@ -100,25 +114,33 @@ def main(argv=None) -> int:
     if "once" in stages:   # a single centre-point call, for a profiler to attach to
         c = make_case([185000], [8], 8, tree="ddtree", layout="scattered", seed=77, device="cuda")
         for _ in range(3):
-            verify_attention(*c.args())
+            verify_attention(*c.args(), max_draft_len=8)
         torch.cuda.synchronize()
         log("once: done")
-    diag = diagnostics() if "diag" in stages else None
-    if "bench" in stages:
+    micro_stages = stages & {"stream", "mma", "full"}
+    if "bench" in stages or micro_stages:
         log("ceilings ...")
         gbps = read_ceiling()
         tfl = mma_ceiling(build.load(), info["sms"])
         log(f"read ceiling {gbps:.0f} GB/s, mma.sync bf16 ceiling {tfl:.0f} TFLOP/s")
+    if micro_stages:
+        m = dict(info, **micro.run(gbps, micro_stages), ceilings={"read_GBps": gbps, "mma_TFLOPs": tfl})
+        (out / f"micro-{tag}-{stamp}.json").write_text(json.dumps(m, indent=1))
+        for r in m["rows"]:
+            extra = (f"{r['GBps']:7.0f} GB/s {r['frac_read_ceiling']:5.0%} {r['option']}" if r["stage"] == "stream"
+                     else f"{r['clk_per_tile']:7.0f} clk/tile" + (f", merge {r['merge_us']:.1f} us" if r["stage"] == "full" else ""))
+            summary.append(f"micro {r['stage']:6s} S={r['S']:>7} T={r['T']:>3} tier {r['tier']} {r['time_us']:9.1f} us  {extra}")
+    if "bench" in stages:
         b = dict(info, kind="bench", quick=a.quick, ceilings={"read_GBps": gbps, "mma_TFLOPs": tfl},
-                 resources=res, rows=[], diagnostics=diag)
+                 resources=res, rows=[])
 
         def save(rows):
             b["rows"] = rows
             (out / f"bench-{tag}-{stamp}.json").write_text(json.dumps(b, indent=1))
         rows = bench(sgl, gbps, tfl, a.quick, save)
         for r in rows:
-            if r["impl"] == "flash" or (r["sweep"] == "S" and r["S"] == 185000):
-                summary.append(f"{r['sweep']:6s} S={r['S']:>7} T={r['T']:>4} H={r['H']:>3} {r['layout']:10s} "
+            if r["impl"].startswith("flash") or (r["sweep"] == "S" and r["S"] == 185000):
+                summary.append(f"{r['sweep']:7s} S={r['S']:>7} T={r['T']:>4} H={r['H']:>3} {r['layout']:10s} t{r['tier']} "
                                f"p{r['page_size']:<2} b{r['batch']} {r['impl']:17s} {r['time_us']:11.1f} us "
                                f"{r['GBps']:7.0f} GB/s {r['TFLOPs']:6.1f} TF/s {r['frac_roofline']:6.1%}")
     print("\n".join(["", "=" * 100] + summary))

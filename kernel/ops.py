@@ -7,6 +7,7 @@ captured in a CUDA graph and replayed with new lengths, slots and trees.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
@@ -16,6 +17,38 @@ from .checks import HEAD_DIM, V_DIM, VerifyInputError, check_shapes, check_value
 
 MAX_HEADS = 128
 DEFAULT_MAX_BS = 4096
+
+
+# Kernel tiers: id -> query rows per CTA tile (csrc/mla_verify.cu). 0 = rows64 (query rows in
+# the MMA's M dimension), 1/2/4 = small (operands swapped, 8 * id rows).
+TIERS = {0: 64, 1: 8, 2: 16, 4: 32}
+# The tier for requests of more than 32 rows, and when the rows per request are not known
+# statically: rows64, measured faster there than 32-row tiles of the small tier on the H200
+# (kernel/NOTES.md). MLA_VERIFY_LARGE_TIER=4 selects the 32-row tiles instead, which the sm_120
+# model estimates faster there (unmeasured: a canary can decide), read once at import.
+def _large_tier(value: str) -> int:
+    if value.strip() not in {str(t) for t in TIERS}:
+        raise VerifyInputError(f"MLA_VERIFY_LARGE_TIER={value!r} is not one of {sorted(TIERS)}")
+    return int(value)
+
+
+LARGE_TIER = _large_tier(os.environ.get("MLA_VERIFY_LARGE_TIER", "0") or "0")
+
+
+def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None) -> int:
+    """The tier for requests of at most `max_draft_len` draft tokens x `H` heads, from static
+    shapes only (no device reads, so CUDA-graph capture keeps working). With bs == 1 the one
+    request has all `num_tokens` draft tokens."""
+    if max_draft_len is not None and (not isinstance(max_draft_len, int) or max_draft_len < 0):
+        raise VerifyInputError(f"max_draft_len: expected a non-negative int, got {max_draft_len!r}")
+    T = max_draft_len if max_draft_len is not None else (num_tokens if bs == 1 else None)
+    if T is None:
+        return LARGE_TIER
+    rows = T * H
+    for tier in (1, 2, 4):
+        if rows <= TIERS[tier]:
+            return tier
+    return LARGE_TIER
 
 
 class Workspace:
@@ -60,8 +93,8 @@ def _is64(t: torch.Tensor) -> int:
 
 
 def launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
-           workspace: torch.Tensor, target_ctas: int, max_bs: int, mode: int = 0) -> None:
-    """Enqueue the kernel and the merge on the current stream (no checks: callers check)."""
+           workspace: torch.Tensor, target_ctas: int, max_bs: int, mode: int = 0, tier: int = 0) -> None:
+    """Enqueue the kernel of `tier` and the merge on the current stream (no checks: callers check)."""
     lib = build.load()
     stream = torch.cuda.current_stream(q.device).cuda_stream
     err = lib.mla_verify_launch(
@@ -72,7 +105,7 @@ def launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indpt
         mask_indptr.data_ptr() if mask_indptr is not None else None, _is64(mask_indptr) if mask_indptr is not None else 1,
         qo_indptr.data_ptr(), _is64(qo_indptr), qo_indptr.shape[0] - 1, q.shape[0], q.shape[1], float(sm_scale),
         o.data_ptr(), lse.data_ptr() if lse is not None else None, workspace.data_ptr(), target_ctas, max_bs, stream,
-        mode)
+        mode, tier)
     if err != 0:
         raise RuntimeError(f"mla_verify launch failed: {lib.mla_verify_error_string(err).decode()} (cudaError {err})")
 
@@ -81,14 +114,14 @@ def launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indpt
 def _verify_op(q: torch.Tensor, kv_cache: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor | None,
                k_extend: torch.Tensor, custom_mask: torch.Tensor | None, mask_indptr: torch.Tensor | None,
                qo_indptr: torch.Tensor, sm_scale: float, o: torch.Tensor, lse: torch.Tensor | None,
-               workspace: torch.Tensor, target_ctas: int, max_bs: int) -> None:
+               workspace: torch.Tensor, target_ctas: int, max_bs: int, tier: int) -> None:
     launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
-           workspace, target_ctas, max_bs)
+           workspace, target_ctas, max_bs, 0, tier)
 
 
 @_verify_op.register_fake
 def _(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
-      workspace, target_ctas, max_bs):
+      workspace, target_ctas, max_bs, tier):
     return None
 
 
@@ -104,7 +137,8 @@ def _check_layout(name: str, t: torch.Tensor, row_elems: int) -> None:
 
 
 def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale,
-                     *, out=None, lse_out=None, workspace: Workspace | None = None, validate: bool = False):
+                     *, out=None, lse_out=None, workspace: Workspace | None = None, validate: bool = False,
+                     max_draft_len: int | None = None, tier: int | None = None):
     """Paged bf16 MLA tree-verify attention on the GPU.
 
     Args: exactly the oracle's (see `verify_attention_reference`), on one CUDA device:
@@ -118,11 +152,20 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
       lse_out: [N, H] fp32 natural-log LSE to write (allocated when None)
       workspace: a Workspace on q's device (`get_workspace(q.device)` when None)
       validate: also check index/mask values (reads them back: a host sync)
+      max_draft_len: the most draft tokens any request has (SGLang knows it statically: the
+               speculative num_draft_tokens); picks the row tier. Any value gives correct
+               results; an undercount only costs speed.
+      tier:    force a tier (TIERS: 0 = rows64, 1/2/4 = small with 8/16/32-row tiles); for
+               benchmarks. Default: `pick_tier`.
     Returns (o, lse).
     """
     bs, H = check_shapes(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else kv_indptr, k_extend,
                          custom_mask, mask_indptr, qo_indptr, sm_scale, float_dtypes=(torch.bfloat16,))
     N = q.shape[0]
+    if tier is None:
+        tier = pick_tier(H, N, bs, max_draft_len)
+    elif tier not in TIERS:
+        raise VerifyInputError(f"tier: {tier!r} is not one of {sorted(TIERS)}")
     if H > MAX_HEADS:
         raise VerifyInputError(f"q: {H} heads, the kernel supports at most {MAX_HEADS}")
     _check_layout("q", q, HEAD_DIM)
@@ -157,5 +200,5 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
         lse_out = torch.empty(N, H, dtype=torch.float32, device=q.device)
     torch.ops.mla_verify.verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
                                           qo_indptr, float(sm_scale), out, lse_out, ws.buffer, ws.target_ctas,
-                                          ws.max_bs)
+                                          ws.max_bs, int(tier))
     return out, lse_out

@@ -22,8 +22,8 @@
 # %% tags=["parameters"]
 smoke = False  # True: CI run on generated fixture data, small figures
 data_dir = "reports/data"  # where the measurement JSON lives
-measured_now = False  # set by the runner when kernel.gpu_run ran just before this report
-record_path = ""  # set by the runner: where this notebook writes its index record
+measured_since = ""  # runner only: when kernel.gpu_run started in this invocation (ISO time)
+record_path = ""  # runner only: where this notebook writes its index record
 accept_lengths = [1, 2, 3, 4]  # accepted tokens per verify step to translate into tokens/s
 
 # %%
@@ -31,18 +31,24 @@ import warnings
 
 import pandas as pd
 
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
-from notebooks import data, figures
+from notebooks import data, figures, findings, glossary, provenance
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 figures.setup(dpi=60 if smoke else 110)
 bench = data.newest(data_dir, "bench", allow_fixture=smoke)
 df = data.bench_frame(bench)
 read_gbps, mma_tflops = data.ceilings(bench)
-display(Markdown(data.banner([bench], measured_now)))
+found = findings.baseline(df, bench) + [findings.production([bench])]
+display(HTML(findings.box(found, "<b>Findings of this report</b> (computed from the data below)")))
+display(Markdown('<a id="evidence"></a>' + provenance.evidence_box([bench])))
+display(Markdown(provenance.banner([bench], measured_since)))
+display(Markdown("**The implementations on this page.**\n\n"
+                 + glossary.impl_glossary([data.BASELINE, data.SPLIT_KV])))
 
 # %% [markdown]
+# <a id="bandwidth"></a>
 # ## Effective bandwidth against context length
 # Effective bandwidth counts each KV byte once (S tokens x 576 values x 2 bytes, divided by the
 # time per layer): it is the rate at which attention gets through the context, whatever the
@@ -62,9 +68,11 @@ figures.table(tab.rename(columns={"time_us": "time per layer, us", "GBps": "effe
               {"S": "{:,}", "time per layer, us": "{:,.1f}", "effective GB/s": "{:,.1f}",
                "% of read ceiling": "{:.2f}"},
               f"{data.IMPL_LABELS[data.BASELINE]}, T={data.CENTRE['T']}, H={data.CENTRE['H']}, "
-              "scattered slots, page size 1")
+              "scattered slots, page size 1: the S sweep's own measurement at each S (the "
+              "findings use the median of the centre point's repeats across all sweeps)")
 
 # %% [markdown]
+# <a id="why"></a>
 # ## Why: a handful of thread blocks, and every head reads the cache again
 
 # %%
@@ -94,6 +102,7 @@ else:
     display(Markdown("_The bench file has no H sweep for the baseline; figure omitted._"))
 
 # %% [markdown]
+# <a id="layers"></a>
 # ## What it means at 185k tokens over 61 layers
 # A verify step runs the attention of every layer once; attention alone bounds the decode
 # speed at (accepted tokens per step) / (step time). Other layers' work only lowers it.
@@ -118,5 +127,5 @@ figures.table(pd.DataFrame(rows),
               f"{data.LAYERS} layers")
 
 # %%
-data.write_record(record_path, "Phase 0: SGLang's verify attention at MLA shapes (baseline)",
-                  [bench], measured_now=measured_now)
+provenance.write_record(record_path, "Phase 0: SGLang's verify attention at MLA shapes "
+                        "(baseline)", [bench], measured_since=measured_since, findings=found)

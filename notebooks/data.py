@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .glossary import IMPL_LABELS
+
 PROVENANCE_KEYS = ("gpu", "sms", "driver", "cuda", "torch", "commit", "date")
 LAYERS = 61  # Kimi-K2 / DeepSeek-V3 decoder layers, each with one MLA attention
 CENTRE = {"S": 185000, "T": 8, "H": 8, "layout": "scattered", "page_size": 1, "batch": 1}
@@ -21,12 +23,6 @@ CONFIG_KEYS = ("sweep", "S", "prefix", "T", "H", "layout", "page_size", "batch")
 # so its CUDA grid is batch x heads x ceil(T / 32): the "8 thread blocks" of the baseline.
 EXTEND_BLOCK_M = 32
 OURS, BASELINE, SPLIT_KV, NAIVE = "flash", "sglang_extend", "sglang_verify_mla", "torch_naive"
-IMPL_LABELS = {
-    OURS: "ours (flash verify)",
-    BASELINE: "SGLang extend_attention (CUDA today)",
-    SPLIT_KV: "SGLang verify_mla (split-KV)",
-    NAIVE: "naive torch",
-}
 BENCH_COLUMNS = ("sweep", "S", "prefix_lens", "T", "H", "layout", "page_size", "batch", "impl",
                  "time_us", "bytes", "flops", "GBps", "TFLOPs", "roofline_us", "frac_roofline")
 
@@ -35,7 +31,21 @@ class MeasurementError(RuntimeError):
     """Measurement files are missing, unreadable or inconsistent; the message names the file."""
 
 
-def _date(doc: dict, path: Path) -> datetime:
+# Every kind of file kernel.gpu_run and the rollout tool write into reports/data/, and what
+# reads it. A kind not listed here is still loaded (and listed on the phase 2 page as present
+# but not analysed), so new measurement kinds never break a render; to show one, add it here
+# and give it a frame function below.
+KINDS = {
+    "validation": "float64-oracle validation cases (phase 2)",
+    "bench": "benchmark sweeps and both ceilings (phases 0-2, the emulator's speed model)",
+    "sglang-integration": "61-layer verify step inside SGLang's attention backend (phase 2)",
+    "microbench": "kernel microbenchmarks (not analysed by any report yet)",
+    "sglang-backend": "SGLang real-backend GPU run (not analysed by any report yet)",
+    "rollout-ab": "canary A/B results written by the rollout tool",
+}
+
+
+def _date(doc: dict, path) -> datetime:
     raw = doc.get("date")
     try:
         d = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
@@ -44,38 +54,20 @@ def _date(doc: dict, path: Path) -> datetime:
     return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
 
 
-def load_all(data_dir: str | Path) -> list[dict]:
-    """Every measurement JSON in data_dir, each with '_path' and '_date' added."""
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise MeasurementError(f"data_dir: no such directory: {str(data_dir)!r}")
-    docs = []
-    for path in sorted(data_dir.glob("*.json")):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise MeasurementError(f"{path}: not readable JSON ({e})") from None
-        if not isinstance(doc, dict) or "kind" not in doc:
-            raise MeasurementError(f"{path}: not a measurement (no top-level 'kind')")
-        doc["_path"], doc["_date"] = str(path), _date(doc, path)
-        docs.append(doc)
-    return docs
+def _read(path: Path) -> dict:
+    """A measurement file's JSON: an object with a top-level 'kind', or a MeasurementError."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise MeasurementError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(doc, dict) or "kind" not in doc:
+        raise MeasurementError(f"{path}: not a measurement (no top-level 'kind')")
+    return doc
 
 
-def newest(data_dir: str | Path, kind: str, *, allow_fixture: bool = False) -> dict:
-    """The file of this kind with the latest 'date'.
-
-    Test fixtures carry "fixture": true; only smoke runs may show them, so a report can never
-    present generated numbers as measurements.
-    """
-    exists = Path(data_dir).is_dir()
-    docs = [d for d in load_all(data_dir) if d["kind"] == kind] if exists else []
-    if not docs:
-        raise MeasurementError(
-            f"no measurement of kind {kind!r} in {str(data_dir)!r}"
-            f"{'' if exists else ' (the directory does not exist)'}: run `make phase2` on a CUDA "
-            f"machine (it runs `python -m kernel.gpu_run --out reports/data`) or copy its JSON there")
-    doc = max(docs, key=lambda d: d["_date"])
+def _showable(doc: dict, allow_fixture: bool) -> dict:
+    """doc, if a report may show it: test fixtures ("fixture": true) only in smoke runs, so a
+    report can never present generated numbers as measurements; provenance complete."""
     if doc.get("fixture") and not allow_fixture:
         raise MeasurementError(f"{doc['_path']}: is test fixture data (\"fixture\": true); "
                                "only smoke=True runs may render it")
@@ -85,43 +77,65 @@ def newest(data_dir: str | Path, kind: str, *, allow_fixture: bool = False) -> d
     return doc
 
 
-def provenance(doc: dict) -> dict:
-    """Where a measurement came from: kind, file name, date, commit, GPU (+ SMs, versions)."""
-    out = {"kind": doc["kind"], "file": Path(doc["_path"]).name}
-    out.update({k: doc[k] for k in PROVENANCE_KEYS})
-    out["fixture"] = bool(doc.get("fixture", False))
-    return out
+def load_all(data_dir: str | Path, kind: str | None = None) -> list[dict]:
+    """Every measurement JSON in data_dir (of `kind`, if given), each with '_path' and '_date'.
 
-
-def banner(docs: list[dict], measured_now: bool) -> str:
-    """Markdown for the top of a report: where its numbers come from, and when."""
-    if measured_now:
-        head = "**Measured anew** on this machine for this report."
-    else:
-        head = ("**Rendered from recorded measurements** (no new measurement in this run; "
-                "`make phase2` measures anew on a machine with a CUDA GPU).")
-    lines = [head, "", "| data | file | measured | GPU (SMs) | commit | driver / CUDA / torch |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for d in docs:
-        p = provenance(d)
-        tag = " **(test fixture, not a measurement)**" if p["fixture"] else ""
-        lines.append(f"| {p['kind']}{tag} | `{p['file']}` | {p['date']} | {p['gpu']} ({p['sms']}) "
-                     f"| `{str(p['commit'])[:12]}` | {p['driver']} / {p['cuda']} / {p['torch']} |")
-    return "\n".join(lines)
-
-
-def write_record(path: str | Path, title: str, docs: list[dict], *, measured_now: bool,
-                 extra: dict | None = None) -> None:
-    """The notebook's last act: a small JSON the runner turns into the report's index entry.
-
-    The runner treats a missing record as a failed run, so a notebook that stopped early can
-    never look rendered.
+    Files of other kinds are read as JSON only: their own schema (or date) cannot break a
+    report that does not show them.
     """
-    if not path:
-        return
-    rec = {"title": title, "measured_now": measured_now,
-           "sources": [provenance(d) for d in docs], **(extra or {})}
-    Path(path).write_text(json.dumps(rec, indent=1, default=str))
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise MeasurementError(f"data_dir: no such directory: {str(data_dir)!r}")
+    docs = []
+    for path in sorted(data_dir.glob("*.json")):
+        doc = _read(path)
+        if kind is not None and doc["kind"] != kind:
+            continue
+        doc["_path"], doc["_date"] = str(path), _date(doc, path)
+        docs.append(doc)
+    return docs
+
+
+def newest(data_dir: str | Path, kind: str, *, allow_fixture: bool = False) -> dict:
+    """The file of this kind with the latest 'date', if a report may show it (_showable)."""
+    exists = Path(data_dir).is_dir()
+    docs = load_all(data_dir, kind) if exists else []
+    if not docs:
+        raise MeasurementError(
+            f"no measurement of kind {kind!r} in {str(data_dir)!r}"
+            f"{'' if exists else ' (the directory does not exist)'}: run `make phase2` on a CUDA "
+            f"machine (it runs `python -m kernel.gpu_run --out reports/data`) or copy its JSON there")
+    return _showable(max(docs, key=lambda d: d["_date"]), allow_fixture)
+
+
+def load_file(path: str | Path, *, allow_fixture: bool = False) -> dict:
+    """One named measurement file (e.g. the bench file an emulator says its model read), with
+    the same checks as newest()."""
+    path = Path(path)
+    doc = _read(path)
+    doc["_path"], doc["_date"] = str(path), _date(doc, path)
+    return _showable(doc, allow_fixture)
+
+
+def not_shown(data_dir: str | Path, shown: list[dict]) -> list[dict]:
+    """The newest file of each kind in data_dir that a page does not show: {kind, file, date,
+    what} (what: KINDS' description, or 'unknown kind'). Files that cannot be read are left to
+    the kinds that need them to report."""
+    newest_of: dict[str, tuple[str, str]] = {}
+    shown_kinds = {d["kind"] for d in shown}
+    for path in sorted(Path(data_dir).glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        k = doc.get("kind") if isinstance(doc, dict) else None
+        if not k or k in shown_kinds:
+            continue
+        date = str(doc.get("date", ""))
+        if k not in newest_of or date > newest_of[k][1]:
+            newest_of[k] = (path.name, date)
+    return [{"kind": k, "file": f, "date": d, "what": KINDS.get(k, "unknown kind")}
+            for k, (f, d) in sorted(newest_of.items())]
 
 
 def bench_frame(doc: dict) -> pd.DataFrame:
@@ -185,6 +199,16 @@ def speedups(df: pd.DataFrame, over: tuple[str, ...] = (BASELINE, SPLIT_KV)) -> 
     return out.reset_index()
 
 
+def repeat_spread(df: pd.DataFrame, impl: str = OURS) -> tuple[int, float]:
+    """(repeats, (max - min) / median) of impl's time at the centre configuration, which every
+    sweep measures again: the run-to-run noise of this bench file, for reading small
+    differences (a layout "slow-down" inside this band is noise)."""
+    t = select(df, impl=impl, **CENTRE)["time_us"]
+    if len(t) < 2:
+        return len(t), float("nan")
+    return len(t), float((t.max() - t.min()) / t.median())
+
+
 def step_ms(df: pd.DataFrame, impl: str, S: int = CENTRE["S"], layers: int = LAYERS) -> float:
     """Attention time of one verify step (all layers) at the centre shape with prefix S, in ms."""
     rows = select(df, impl=impl, **{**CENTRE, "S": S})
@@ -231,6 +255,14 @@ def integration_frame(doc: dict) -> pd.DataFrame:
     df = pd.DataFrame(cases)
     df["speedup"] = df["triton_ms_per_step"] / df["plugin_ms_per_step"]
     return df
+
+
+def integration_headline(it: pd.DataFrame) -> pd.Series:
+    """The integration case a headline quotes: the longest prefix, at the centre's T when it
+    was measured (else the smallest T measured there)."""
+    big = it[it["S"] == it["S"].max()]
+    at_t = big[big["T"] == CENTRE["T"]]
+    return (at_t if not at_t.empty else big.sort_values("T")).iloc[0]
 
 
 def fmt_us(us: float) -> str:

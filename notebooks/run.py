@@ -2,31 +2,31 @@
 python3, per-cell timeout, progress bar) -> reports/<name>.html without input cells -> index.
 
     python -m notebooks.run phase2 --measure auto   # what `make phase2` runs
-    python -m notebooks.run 00_baseline -p smoke true -p data_dir /tmp/fixture
+    python -m notebooks.run 00_baseline -p smoke true -p data_dir /tmp/fixture --reports-dir /tmp/r
     python -m notebooks.run all                      # every phase, then the index
 
 Exit status 0 on success, 1 on any failure, with one error line that names the notebook, the
-cell and the exception (papermill only logs unknown parameters; this runner refuses them).
+cell and the exception. Every check (parameter names and types, measurement files) runs before
+the first kernel starts, so a refused run writes nothing.
 """
 from __future__ import annotations
 
 import argparse
-import ast
 import html
 import json
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
-from . import data, index
+from . import data, index, params
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
+TRACKED_REPORTS = ROOT / "reports"
 # Which measurement kinds each notebook reads; checked before a kernel starts so a fresh clone
 # without data gets one clear line instead of a traceback.
 NEEDS = {
@@ -36,8 +36,6 @@ NEEDS = {
     "03_canary_ab": ("bench", "sglang-integration"),  # only when it starts emulators
 }
 PHASES = {f"phase{i}": name for i, name in enumerate(NEEDS)}
-# Reports that show kernel.gpu_run's numbers, and so say "measured anew" after it ran.
-SHOWS_MEASUREMENTS = ("00_baseline", "01_flash_decode", "02_paged_bf16")
 META = "mla-verify-report"
 
 
@@ -46,7 +44,11 @@ class RunError(RuntimeError):
 
 
 def to_ipynb(src: Path, build_dir: Path) -> Path:
-    """Convert a jupytext percent script into build_dir/<stem>.ipynb with kernelspec python3."""
+    """Convert a jupytext percent script into build_dir/<stem>.ipynb with kernelspec python3.
+
+    Cell ids are numbered, not random, so the HTML of an unchanged notebook on unchanged data
+    is byte-identical (the ids appear in it).
+    """
     import jupytext
 
     if not src.is_file():
@@ -54,59 +56,41 @@ def to_ipynb(src: Path, build_dir: Path) -> Path:
     nb = jupytext.read(src)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"{src.stem}-{i:02d}"
     build_dir.mkdir(parents=True, exist_ok=True)
     out = build_dir / f"{src.stem}.ipynb"
     jupytext.write(nb, out)
     return out
 
 
-def check_literal_parameters(ipynb: Path) -> set[str]:
-    """The 'parameters' cell must hold plain literal assignments: papermill never recomputes
-    derived values there, so `b = a * 2` would silently keep its default. Returns the names."""
+def parameter_defaults(ipynb: Path) -> dict:
+    """{name: literal default} of the notebook's parameters cell (see notebooks.params)."""
     import nbformat
 
     nb = nbformat.read(ipynb, as_version=4)
     cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     if not cells:
         raise RunError(f"{ipynb.stem}: no cell tagged 'parameters'")
-    names: set[str] = set()
-    for node in ast.parse(cells[0].source).body:
-        target = getattr(node, "targets", [getattr(node, "target", None)])
-        ok = (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
-              and all(isinstance(t, ast.Name) for t in target))
-        if ok:
-            try:
-                ast.literal_eval(node.value)
-            except ValueError:
-                ok = False
-        if not ok:
-            raise RunError(f"{ipynb.stem}: parameters cell line {node.lineno} is not "
-                           f"`name = literal`: {ast.unparse(node)!r}")
-        names.update(t.id for t in target)
-    return names
+    try:
+        return params.literal_defaults(cells[0].source, ipynb.stem)
+    except params.ParameterError as e:
+        raise RunError(str(e)) from None
 
 
-def check_parameters(ipynb: Path, params: dict, names: set[str]) -> dict:
-    """Every passed name must be declared in the notebook's parameters cell; returns them.
-
-    names: the cell's assignments as Python parses them; papermill's own parser skips lines
-    it cannot read (e.g. a comment holding '='), which would make a parameter unsettable.
-    """
+def check_parameters(ipynb: Path, raw: dict[str, str], defaults: dict) -> dict:
+    """Typed values of the passed -p strings, or a RunError (unknown name, runner-only name,
+    a value of the wrong type, a line papermill cannot parse)."""
     import papermill
 
-    declared = papermill.inspect_notebook(str(ipynb))
-    unseen = sorted(names - set(declared))
-    if unseen:
-        raise RunError(f"{ipynb.stem}: papermill cannot parse the parameters line(s) of "
-                       f"{', '.join(map(repr, unseen))}: it skips a line whose comment holds '='")
-    unknown = sorted(set(params) - set(declared))
-    if unknown:
-        raise RunError(f"{ipynb.stem}: unknown parameter(s) {', '.join(map(repr, unknown))}; "
-                       f"the notebook declares: {', '.join(sorted(declared))}")
-    return declared
+    declared = set(papermill.inspect_notebook(str(ipynb)))
+    try:
+        return params.check(ipynb.stem, raw, defaults, declared)
+    except params.ParameterError as e:
+        raise RunError(str(e)) from None
 
 
-def execute(ipynb: Path, out: Path, params: dict, timeout: float, progress: bool = True) -> None:
+def execute(ipynb: Path, out: Path, values: dict, timeout: float, progress: bool = True) -> None:
     """papermill with kernel python3 and cwd = repo root; a failing cell becomes a RunError
     naming the cell index, the exception and the partially executed notebook."""
     import papermill
@@ -115,7 +99,7 @@ def execute(ipynb: Path, out: Path, params: dict, timeout: float, progress: bool
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([saved] if saved else []))
     try:
-        papermill.execute_notebook(str(ipynb), str(out), parameters=params, kernel_name="python3",
+        papermill.execute_notebook(str(ipynb), str(out), parameters=values, kernel_name="python3",
                                    cwd=str(ROOT), progress_bar=progress, start_timeout=120,
                                    execution_timeout=timeout)
     except papermill.PapermillExecutionError as e:
@@ -143,31 +127,44 @@ def render(executed: Path, html_path: Path, record: dict) -> None:
                             exclude_output_prompt=True)
     nb = nbformat.read(executed, as_version=4)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": record["title"]}})
-    meta = f'<meta name="{META}" content="{html.escape(json.dumps(record), quote=True)}">'
+    meta = (f'<meta name="{META}" '
+            f'content="{html.escape(json.dumps(record, sort_keys=True), quote=True)}">')
     body = body.replace("<head>", "<head>\n" + meta, 1)
     html_path.parent.mkdir(parents=True, exist_ok=True)
     html_path.write_text(body)
 
 
-def run_notebook(src: Path, params: dict, *, reports_dir: Path, build_dir: Path,
-                 timeout: float = 1800, progress: bool = True) -> Path:
-    """One notebook end to end; returns the HTML path. Raises RunError on any failure."""
+@dataclass
+class Prepared:
+    """A notebook whose parameters passed every check: ready to execute."""
+    src: Path
+    ipynb: Path
+    defaults: dict
+    values: dict
+
+
+def prepare(src: Path, raw: dict[str, str], build_dir: Path) -> Prepared:
     ipynb = to_ipynb(src, build_dir)
-    declared = check_parameters(ipynb, params, check_literal_parameters(ipynb))
-    params = dict(params)
-    record_path = build_dir / f"{src.stem}.record.json"
+    defaults = parameter_defaults(ipynb)
+    return Prepared(src, ipynb, defaults, check_parameters(ipynb, raw, defaults))
+
+
+def run_notebook(nb: Prepared, *, reports_dir: Path, build_dir: Path, timeout: float = 1800,
+                 progress: bool = True) -> Path:
+    """One prepared notebook end to end; returns the HTML path. Raises RunError on failure."""
+    values = dict(nb.values)
+    record_path = build_dir / f"{nb.src.stem}.record.json"
     record_path.unlink(missing_ok=True)
-    if "record_path" in declared:
-        params["record_path"] = str(record_path)
-    executed = build_dir / f"{src.stem}.executed.ipynb"
-    execute(ipynb, executed, params, timeout, progress)
-    if "record_path" in declared and not record_path.is_file():
-        raise RunError(f"{src.stem}: finished without writing its record {record_path} "
+    if "record_path" in nb.defaults:
+        values["record_path"] = str(record_path)
+    executed = build_dir / f"{nb.src.stem}.executed.ipynb"
+    execute(nb.ipynb, executed, values, timeout, progress)
+    if "record_path" in nb.defaults and not record_path.is_file():
+        raise RunError(f"{nb.src.stem}: finished without writing its record {record_path} "
                        "(its last cell did not run)")
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {"title": src.stem}
-    record["rendered"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    record.setdefault("title", src.stem)
-    html_path = reports_dir / f"{src.stem}.html"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    record.setdefault("title", nb.src.stem)
+    html_path = reports_dir / f"{nb.src.stem}.html"
     render(executed, html_path, record)
     return html_path
 
@@ -186,9 +183,10 @@ def has_cuda_gpu() -> bool:
         return False
 
 
-def measure(data_dir: Path, cmd: list[str] | None = None) -> None:
-    """Run the lead's GPU script (or cmd) into data_dir; check it wrote newer bench data."""
-    start = datetime.now(timezone.utc)
+def measure(data_dir: Path, cmd: list[str] | None = None) -> datetime:
+    """Run the GPU script kernel.gpu_run (or cmd) into data_dir; check it wrote newer bench
+    data. Returns the time it started: files dated from then on were measured by this run."""
+    start = datetime.now(timezone.utc).replace(microsecond=0)
     cmd = cmd or [sys.executable, "-m", "kernel.gpu_run", "--out", str(data_dir)]
     print(f"[measure] CUDA GPU found: {' '.join(cmd)}", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -196,14 +194,10 @@ def measure(data_dir: Path, cmd: list[str] | None = None) -> None:
     if subprocess.run(cmd, cwd=ROOT, env=env).returncode != 0:
         raise RunError(f"measure: `{' '.join(cmd)}` failed; no report rendered from stale data")
     fresh = data.newest(data_dir, "bench", allow_fixture=True)["_date"]
-    if fresh < start.replace(microsecond=0):
+    if fresh < start:
         raise RunError(f"measure: kernel.gpu_run wrote no new bench file into {data_dir} "
                        f"(newest is dated {fresh.isoformat()})")
-
-
-def _value(text: str):
-    """-p values are YAML scalars: 'true' -> True, '8' -> 8, 'x' -> 'x'."""
-    return yaml.safe_load(text)
+    return start
 
 
 def resolve(target: str) -> list[Path]:
@@ -220,46 +214,58 @@ def resolve(target: str) -> list[Path]:
                    f"one of {', '.join(NEEDS)}, or a path to a .py notebook)")
 
 
+def check_smoke_target(nb: Prepared, reports_dir: Path) -> None:
+    """A smoke render (fixture data allowed, low dpi) must never replace a tracked report."""
+    if nb.values.get("smoke") and reports_dir.resolve() == TRACKED_REPORTS.resolve():
+        raise RunError(f"{nb.src.stem}: -p smoke true renders fixture data at low resolution and "
+                       f"may not overwrite the tracked report in {TRACKED_REPORTS}: pass "
+                       "--reports-dir DIR for a smoke run")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m notebooks.run", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m notebooks.run",
+                                 description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("target", help="phase0..phase3, all, a notebook name, or a .py path")
     ap.add_argument("-p", "--param", nargs=2, action="append", default=[],
-                    metavar=("NAME", "VALUE"), help="notebook parameter (YAML value)")
+                    metavar=("NAME", "VALUE"),
+                    help="notebook parameter; the value must have the type of its default")
     ap.add_argument("--measure", choices=("auto", "never"), default="never",
                     help="auto: on a CUDA machine run kernel.gpu_run first (default: never)")
-    ap.add_argument("--reports-dir", type=Path, default=ROOT / "reports")
+    ap.add_argument("--reports-dir", type=Path, default=TRACKED_REPORTS)
     ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "notebooks")
     ap.add_argument("--timeout", type=float, default=1800, help="per-cell limit, s")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
-        params = {k: _value(v) for k, v in args.param}
+        raw = dict(args.param)
         srcs = resolve(args.target)
-        data_dir = Path(params.get("data_dir", ROOT / "reports" / "data")).resolve()
-        measured = False
+        data_dir = Path(raw.get("data_dir", ROOT / "reports" / "data")).resolve()
+        plan = []  # every check before the first kernel starts: fail fast, render nothing
+        for src in srcs:
+            nb = prepare(src, raw, args.build_dir)
+            if "data_dir" in nb.defaults:  # absolute: the kernel runs in ROOT
+                nb.values["data_dir"] = str(data_dir)
+            check_smoke_target(nb, args.reports_dir)
+            plan.append(nb)
+        measured_since = None
         if args.measure == "auto":
             if has_cuda_gpu():
-                measure(data_dir)
-                measured = True
+                measured_since = measure(data_dir)
             else:
                 print("[measure] no CUDA GPU on this machine: rendering from the newest recorded "
                       f"measurements in {data_dir}", file=sys.stderr)
-        plan = []  # every check before the first kernel starts: fail fast, render nothing
-        for src in srcs:
-            p = dict(params)
-            if "data_dir" in p or src.stem in NEEDS:  # absolute: the kernel runs in ROOT
-                p["data_dir"] = str(data_dir)
-            needs = NEEDS.get(src.stem, ())
-            if src.stem == "03_canary_ab" and p.get("candidate_url") and p.get("control_url"):
+        for nb in plan:
+            needs = NEEDS.get(nb.src.stem, ())
+            if nb.src.stem == "03_canary_ab" and nb.values.get("candidate_url") \
+                    and nb.values.get("control_url"):
                 needs = ()
             for kind in needs:
-                data.newest(data_dir, kind, allow_fixture=bool(p.get("smoke", False)))
-            if measured and src.stem in SHOWS_MEASUREMENTS:
-                p["measured_now"] = True
-            plan.append((src, p))
-        for i, (src, p) in enumerate(plan, 1):
-            print(f"[{i}/{len(plan)}] {src.stem}", file=sys.stderr, flush=True)
-            out = run_notebook(src, p, reports_dir=args.reports_dir, build_dir=args.build_dir,
+                data.newest(data_dir, kind, allow_fixture=bool(nb.values.get("smoke", False)))
+            if measured_since is not None and "measured_since" in nb.defaults:
+                nb.values["measured_since"] = measured_since.isoformat()
+        for i, nb in enumerate(plan, 1):
+            print(f"[{i}/{len(plan)}] {nb.src.stem}", file=sys.stderr, flush=True)
+            out = run_notebook(nb, reports_dir=args.reports_dir, build_dir=args.build_dir,
                                timeout=args.timeout, progress=not args.no_progress)
             print(f"[{i}/{len(plan)}] wrote {out}", file=sys.stderr, flush=True)
         idx = index.write_index(args.reports_dir)

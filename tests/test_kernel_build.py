@@ -109,13 +109,23 @@ def test_bad_arch_is_named():
 
 
 def test_ptxas_report_parser():
-    log = ("ptxas info    : Compiling entry function '_ZN1a17mla_verify_kernelE' for 'sm_120'\n"
+    log = ("ptxas info    : Compiling entry function '_ZN4mlav5small23mla_verify_kernel_smallILi4EEEvNS_6ParamsE' "
+           "for 'sm_120'\n"
            "ptxas info    : Function properties for x\n"
            "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
            "ptxas info    : Used 255 registers, used 16 barriers, 128 bytes smem\n")
     (r,) = build.parse_ptxas(log)
-    assert r == {"kernel": "mla_verify_kernel", "arch": "sm_120", "stack": 8, "spill_stores": 4,
-                 "spill_loads": 4, "registers": 255, "smem_static": 128}
+    assert r == {"kernel": "mla_verify_kernel", "arch": "sm_120", "variant": "small_nt4", "stack": 8,
+                 "spill_stores": 4, "spill_loads": 4, "registers": 255, "smem_static": 128}
+
+
+def test_every_tier_is_compiled_for_every_arch(lib_dir):
+    """Each tier instantiation and merge shows up by name in the resource report, per arch."""
+    seen = {(r["variant"], r["arch"]) for r in build.resources(lib_dir)}
+    want = ["rows64", "combine_r64", "combine_r32", "combine_r8"] + \
+           [f"small_nt{nt}" for nt in (1, 2, 4)]
+    missing = [(v, f"sm_{a}") for v in want for a in build.ARCHS if (v, f"sm_{a}") not in seen]
+    assert not missing
 
 
 def test_missing_nvcc_is_a_clear_error(monkeypatch):

@@ -52,3 +52,29 @@ def test_non_contiguous_q(case):
 def test_workspace_needs_cuda():
     with pytest.raises(VerifyInputError, match=r"device: the workspace needs a CUDA device, got cpu"):
         Workspace("cpu")
+
+
+def test_tier_from_static_shapes():
+    from kernel.ops import LARGE_TIER, TIERS, pick_tier
+    assert pick_tier(8, 1, 1) == 1                        # T = 1: 8 rows
+    assert pick_tier(8, 2, 1) == 2 and pick_tier(16, 1, 1) == 2
+    assert pick_tier(8, 4, 1) == 4                        # 32 rows
+    assert pick_tier(8, 8, 1) == LARGE_TIER               # the centre: 64 rows
+    assert pick_tier(8, 32, 8) == LARGE_TIER              # bs > 1, no hint: unknown rows per request
+    assert pick_tier(8, 32, 8, max_draft_len=4) == 4      # SGLang's static draft length
+    assert set(TIERS) == {0, 1, 2, 4} and TIERS[0] == 64
+
+
+def test_bad_tier_arguments_name_the_argument(case):
+    from kernel.ops import pick_tier
+    with pytest.raises(VerifyInputError, match="max_draft_len"):
+        pick_tier(8, 8, 1, max_draft_len=-1)
+    with pytest.raises(VerifyInputError, match="tier: 3"):
+        verify_attention(*case.args(), tier=3)
+
+
+def test_large_tier_override_is_checked():
+    from kernel.ops import _large_tier
+    assert _large_tier("4") == 4
+    with pytest.raises(VerifyInputError, match="MLA_VERIFY_LARGE_TIER='fast'"):
+        _large_tier("fast")

@@ -1,6 +1,6 @@
 """Benchmark sweeps around the centre point (S = 185k, T = 8, H = 8, page 1 scattered,
-batch 1): our kernel, SGLang's kernels and naive torch, each row against the roofline of
-the ceilings measured in the same run; and the stage-dropping diagnostics."""
+batch 1): our kernel at its default tier (and the 64-row tier beside it), SGLang's kernels and
+naive torch, each row against the roofline of the ceilings measured in the same run."""
 from __future__ import annotations
 
 import zlib
@@ -8,8 +8,8 @@ import zlib
 import torch
 
 from ..inputs import make_case
-from ..ops import get_workspace, verify_attention
-from .timing import log, time_calls
+from ..ops import pick_tier, verify_attention
+from .timing import log, time_calls, time_flushed
 
 ROW_BYTES = 576 * 2
 
@@ -38,13 +38,23 @@ def bench_configs(quick: bool):
     out += [dict(c, sweep="H", H=h) for h in (8, 16, 64)]
     out += [dict(c, sweep="layout", layout=l, page=p) for l, p in
             (("contiguous", 1), ("scattered", 1), ("scattered", 64), ("fragmented", 1))]
-    out += [dict(c, sweep="batch", batch=8)]
+    out += [dict(c, sweep="batch", batch=8), dict(c, sweep="batch32", batch=32)]
     if quick:
         out = [x for x in out if x["T"] <= 64 and x["S"] in (16384, 185000)]
     return sorted(out, key=lambda x: x["T"] >= 256)   # the multi-second calls last
 
 
 RAGGED = [185000, 120000, 65000, 30000, 150000, 8000, 100000, 45000]
+# 32 requests evenly spread from 2k to 190k tokens (3.07 M in all), in a fixed shuffled order
+MIXED32 = [2000 + (i * 13 % 32) * 188000 // 31 for i in range(32)]
+# where the 64-row tier is timed too, next to the default tier
+ROWS64_SWEEPS = {"S", "T", "H", "batch"}
+
+
+def prefixes(cfg) -> list[int]:
+    if cfg["batch"] == 32:
+        return MIXED32
+    return RAGGED[: cfg["batch"]] if cfg["batch"] > 1 else [cfg["S"]]
 
 
 def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> list[dict]:
@@ -53,7 +63,7 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
     rows = []
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for cfg in bench_configs(quick):
-        pre = RAGGED[: cfg["batch"]] if cfg["batch"] > 1 else [cfg["S"]]
+        pre = prefixes(cfg)
         T, H = cfg["T"], cfg["H"]
         case = make_case(pre, [T] * len(pre), H, tree="ddtree", layout=cfg["layout"], page_size=cfg["page"],
                          seed=zlib.crc32(repr(sorted(cfg.items())).encode()) % 10_000,
@@ -69,9 +79,15 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
         roof_us = max(nbytes / (ceil_gbps * 1e9), flops / (ceil_tflops * 1e12)) * 1e6
         outs = [torch.empty(N, H, 512, dtype=torch.bfloat16, device="cuda") for _ in copies]
         lses = [torch.empty(N, H, dtype=torch.float32, device="cuda") for _ in copies]
-        impls = {"flash": [lambda c=c, o=o, l=l: verify_attention(*c.args(), out=o, lse_out=l)
+        auto = pick_tier(H, N, len(pre), T)
+        impls = {"flash": [lambda c=c, o=o, l=l: verify_attention(*c.args(), out=o, lse_out=l, max_draft_len=T)
                            for c, o, l in zip(copies, outs, lses)]}
-        if sgl is not None and T <= 64:
+        if cfg["sweep"] in ROWS64_SWEEPS and auto != 0 and T <= 64:
+            impls["flash_rows64"] = [lambda c=c, o=o, l=l: verify_attention(*c.args(), out=o, lse_out=l, tier=0)
+                                     for c, o, l in zip(copies, outs, lses)]
+        if cfg["sweep"] == "S" and cfg["S"] <= 16384:   # fits in L2: also timed with L2 flushed before each call
+            impls["flash_l2flushed"] = impls["flash"][:1]
+        if sgl is not None and T <= 64 and cfg["sweep"] != "batch32":
             from ..sglang.baseline import run_extend, run_verify_mla
             impls["sglang_extend"] = [lambda c=c, o=o: run_extend(sgl, c, o, page_size=cfg["page"])
                                       for c, o in zip(copies, outs)]
@@ -86,13 +102,14 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
             impls["torch_naive"] = [lambda c=c, o=o: naive_torch(c, o) for c, o in zip(copies, outs)]
         for name, fns in impls.items():
             try:
-                ms = time_calls(fns, graph=name != "torch_naive")
+                ms = time_flushed(fns[0]) if name == "flash_l2flushed" else time_calls(fns, graph=name != "torch_naive")
             except Exception as e:   # one impl failing must not lose the run
                 log(f"bench {cfg['sweep']} S={cfg['S']} T={T} H={H} {name}: FAILED {e!r}")
                 continue
             us = ms * 1e3
             rows.append({"sweep": cfg["sweep"], "S": sum(pre), "prefix_lens": pre, "T": T, "H": H,
                          "layout": cfg["layout"], "page_size": cfg["page"], "batch": len(pre), "impl": name,
+                         "tier": {"flash": auto, "flash_l2flushed": auto, "flash_rows64": 0}.get(name),
                          "time_us": us, "bytes": nbytes, "flops": flops, "GBps": nbytes / (us * 1e-6) / 1e9,
                          "TFLOPs": flops / (us * 1e-6) / 1e12, "roofline_us": roof_us, "frac_roofline": roof_us / us})
             log(f"bench {cfg['sweep']:6s} S={sum(pre):>7} T={T:>4} H={H:>3} {cfg['layout']:10s} p{cfg['page']:<2} "
@@ -102,27 +119,6 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
         if save:
             save(rows)
     return rows
-
-
-def diagnostics(shapes=((185000, 8, 8), (185000, 1, 8), (185000, 32, 8), (16384, 8, 8))) -> list[dict]:
-    """Where the time goes: the kernel with stages left out (1: no math, 2: no KV loads,
-    4: no merge), timed like the benchmark. Differences place the cost without counters."""
-    from ..ops import launch
-    out = []
-    for S, T, H in shapes:
-        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25)
-        ws = get_workspace("cuda")
-        o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
-        lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
-        row = {"S": S, "T": T, "H": H}
-        for mode in (0, 1, 2, 4, 5, 6):
-            fn = lambda m=mode: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=m)
-            row[f"mode{mode}_us"] = time_calls([fn]) * 1e3
-        log(f"diag S={S} T={T} H={H}: " + " ".join(f"{k}={v:.1f}" for k, v in row.items() if k.startswith("mode")))
-        out.append(row)
-        del case
-        torch.cuda.empty_cache()
-    return out
 
 
 def _clone_case(case):

@@ -65,3 +65,20 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     fin = torch.isfinite(ref)
     return float((a[fin] - ref[fin]).norm() / ref[fin].norm().clamp_min(1e-300))
 
+
+
+def time_flushed(fn, reps: int = 7, k: int = 16) -> float:
+    """Median milliseconds of `fn` with L2 flushed before every call: k x (flush, fn) replayed
+    in one CUDA graph, minus k flushes alone (a 2 x L2 memset evicts every line)."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    buf = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+    flush = buf.zero_
+    fn()
+    torch.cuda.synchronize()
+    both = capture_graph(lambda: [(flush(), fn()) for _ in range(k)])
+    alone = capture_graph(lambda: [flush() for _ in range(k)])
+    both.replay(); alone.replay()
+    torch.cuda.synchronize()
+    t_both = sorted(_events_ms(both.replay, reps))[reps // 2]
+    t_alone = sorted(_events_ms(alone.replay, reps))[reps // 2]
+    return (t_both - t_alone) / k

@@ -8,24 +8,34 @@ import time
 import torch
 
 from ..inputs import make_case, random_case
-from ..ops import get_workspace, verify_attention
+from ..ops import TIERS, get_workspace, pick_tier, verify_attention
 from ..reference import verify_attention_reference
 from .timing import capture_graph, log, rel_err
 
 
-def check_case(case, tol: float) -> dict:
+def run_checked(case, ref, tol: float, tier=None) -> dict:
+    """One kernel call on NaN-poisoned outputs against the oracle's (o, lse) `ref`."""
     N, H = case.q.shape[0], case.q.shape[1]
     o = torch.full((N, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((N, H), float("nan"), dtype=torch.float32, device="cuda")
-    verify_attention(*case.args(), out=o, lse_out=lse)
-    ro, rl = verify_attention_reference(*case.args())
+    verify_attention(*case.args(), out=o, lse_out=lse, max_draft_len=max(case.meta["draft_lens"]), tier=tier)
     nan = int(torch.isnan(o).sum()) + int(torch.isnan(lse).sum())
-    e, el = rel_err(o, ro), rel_err(lse, rl)
-    m = case.meta
-    return {"prefix_lens": m["prefix_lens"], "draft_lens": m["draft_lens"], "heads": m["heads"], "tree": m["tree"],
-            "layout": m["layout"], "page_size": m["page_size"], "causal": m["causal"], "seed": m["seed"],
-            "rel_err": e, "lse_rel_err": el, "nan": nan > 0, "unwritten": nan,
+    e, el = rel_err(o, ref[0]), rel_err(lse, ref[1])
+    return {"tier": pick_tier(H, N, len(case.meta["draft_lens"]), max(case.meta["draft_lens"])) if tier is None
+            else tier, "rel_err": e, "lse_rel_err": el, "nan": nan > 0, "unwritten": nan,
             "pass": nan == 0 and e <= tol and el <= tol}
+
+
+def check_case(case, tol: float, other_tiers=()) -> dict:
+    """The case at its default tier (the row), and at each of `other_tiers` (row["tiers"])."""
+    ref = verify_attention_reference(*case.args())
+    m = case.meta
+    row = {"prefix_lens": m["prefix_lens"], "draft_lens": m["draft_lens"], "heads": m["heads"], "tree": m["tree"],
+           "layout": m["layout"], "page_size": m["page_size"], "causal": m["causal"], "seed": m["seed"],
+           **run_checked(case, ref, tol)}
+    row["tiers"] = [run_checked(case, ref, tol, t) for t in other_tiers if t != row["tier"]]
+    row["pass_all_tiers"] = row["pass"] and all(t["pass"] for t in row["tiers"])
+    return row
 
 
 def extreme_cases():
@@ -51,7 +61,8 @@ def validate(n_random: int, tol: float, sgl) -> dict:
         big = i % 10 == 0
         case = random_case(i, max_prefix=8192 if big else 2048, max_draft=64 if big else 24,
                            max_batch=8, max_heads=128 if big else 16, device="cuda")
-        r = check_case(case, tol)
+        tiers = list(TIERS)
+        r = check_case(case, tol, other_tiers=(tiers[i % len(tiers)],))   # every tier sees a quarter of them
         r["id"] = i
         cases.append(r)
         if sgl is not None and i < 80:
@@ -60,13 +71,19 @@ def validate(n_random: int, tol: float, sgl) -> dict:
             log(f"validate: {i + 1}/{n_random} cases, {sum(not c['pass'] for c in cases)} failing, "
                 f"{time.time() - t0:.0f}s")
     for j, case in enumerate(extreme_cases()):
-        r = check_case(case, tol)
+        r = check_case(case, tol, other_tiers=tuple(TIERS))
         r["id"] = n_random + j
         r["extreme"] = True
         cases.append(r)
         log(f"validate extreme {j}: rel_err {r['rel_err']:.2e} nan {r['nan']}")
-    worst = max(cases, key=lambda c: (not c["pass"], c["rel_err"]))
-    return {"kind": "validation", "n_cases": len(cases), "tolerance": tol, "all_pass": all(c["pass"] for c in cases),
+    worst = max(cases, key=lambda c: (not c["pass_all_tiers"], c["rel_err"]))
+    checks = [(c["tier"], c["rel_err"], c["pass"]) for c in cases] + \
+             [(t["tier"], t["rel_err"], t["pass"]) for c in cases for t in c["tiers"]]
+    by_tier = {str(t): {"rows_per_tile": TIERS[t], "checks": sum(1 for x in checks if x[0] == t),
+                        "failing": sum(1 for x in checks if x[0] == t and not x[2]),
+                        "worst_rel_err": max((x[1] for x in checks if x[0] == t), default=None)} for t in TIERS}
+    return {"kind": "validation", "n_cases": len(cases), "n_checks": len(checks), "tolerance": tol,
+            "all_pass": all(c["pass_all_tiers"] for c in cases), "by_tier": by_tier,
             "worst": worst, "cases": cases, "sglang": {"cases": sglang_rows}}
 
 
@@ -75,16 +92,28 @@ def compare_sglang(sgl, case) -> dict:
     N, H = case.q.shape[0], case.q.shape[1]
     ours = torch.full((N, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     theirs = torch.full_like(ours, float("nan"))
-    verify_attention(*case.args(), out=ours)
+    verify_attention(*case.args(), out=ours, max_draft_len=max(case.meta["draft_lens"]))
     run_extend(sgl, case, theirs, page_size=case.meta["page_size"])
     ro, _ = verify_attention_reference(*case.args())
     return {"rel_err_vs_sglang": rel_err(ours, theirs.double()), "sglang_rel_err": rel_err(theirs, ro),
             "heads": H, "draft_lens": case.meta["draft_lens"], "prefix_lens": case.meta["prefix_lens"]}
 
 
+# (heads, max_draft_len passed, tier forced): 64 rows per request with no length hint, and
+# 8, 16 and 32 rows as SGLang's static draft length selects the small tiers
+GRAPH_CONFIGS = ((8, None, None), (1, 8, None), (2, 8, None), (4, 8, None))
+
+
 def graph_check(tol: float) -> dict:
-    """Capture once with static buffers, replay with new lengths, slots and trees."""
-    bs, T, H, smax = 4, 8, 8, 4096
+    """Capture once per tier with static buffers, replay with new lengths, slots and trees."""
+    rows = []
+    for H, mdl, tier in GRAPH_CONFIGS:
+        rows += _graph_check_one(tol, H, mdl, tier)
+    return {"cases": rows, "all_pass": all(r["pass"] for r in rows)}
+
+
+def _graph_check_one(tol: float, H: int, max_draft_len, tier) -> list[dict]:
+    bs, T, smax = 4, 8, 4096
     pool_slots = 4 * (smax + 64) * 2 + 64 * 4
     dev = "cuda"
     pool = torch.randn(pool_slots, 1, 576, device=dev).to(torch.bfloat16)
@@ -115,7 +144,7 @@ def graph_check(tol: float) -> dict:
 
     def call():
         verify_attention(q, pool, kv_indptr, kv_indices, kext, mask, mask_indptr, qo_indptr, 192 ** -0.5,
-                         out=o, lse_out=lse, workspace=ws)
+                         out=o, lse_out=lse, workspace=ws, max_draft_len=max_draft_len, tier=tier)
 
     load(0)
     g = capture_graph(call)
@@ -132,9 +161,10 @@ def graph_check(tol: float) -> dict:
         ro, _ = verify_attention_reference(q, pool, kv_indptr, kv_indices, kext, mask, mask_indptr, qo_indptr,
                                            192 ** -0.5)
         e = rel_err(replay_o, ro)
-        rows.append({"seed": seed, "prefix_lens": c.meta["prefix_lens"], "tree": c.meta["tree"],
+        rows.append({"seed": seed, "heads": H, "tier": pick_tier(H, bs * T, bs, max_draft_len) if tier is None
+                     else tier, "prefix_lens": c.meta["prefix_lens"], "tree": c.meta["tree"],
                      "page_size": c.meta["page_size"], "max_abs_diff_vs_eager": diff, "rel_err": e,
                      "nan": bool(torch.isnan(replay_o).any() or torch.isnan(replay_lse).any()),
                      "pass": diff == 0.0 and e <= tol})
-    return {"cases": rows, "all_pass": all(r["pass"] for r in rows)}
+    return rows
 

@@ -108,6 +108,11 @@ def _fallback(kind: str, detail: str) -> bool:
     return False
 
 
+def _draft_len(max_len_extend) -> int | None:
+    ok = isinstance(max_len_extend, int) and not isinstance(max_len_extend, bool) and max_len_extend > 0
+    return max_len_extend if ok else None
+
+
 def _capturing(t: torch.Tensor) -> bool:
     """Whether this call is being recorded into a CUDA graph (on t's device)."""
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
@@ -183,8 +188,9 @@ def verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_in
                sinks=None, window_kv_offsets=None, xai_temperature_len=-1, max_bs=None):
     """Run our kernel for one layer's TARGET_VERIFY; True when o_extend was written.
 
-    Drop-in for `verify_shared_kv_fwd` (same parameters; max_len_extend and max_bs are
-    not needed: the kernel reads per-request lengths from the indptrs on the device).
+    Drop-in for `verify_shared_kv_fwd` (same parameters; max_bs is not needed: the kernel
+    reads per-request lengths from the indptrs on the device; max_len_extend, the draft
+    tokens per request, only picks the kernel's row tier).
     Returns False, logging the reason once, for anything the kernel cannot do exactly.
     """
     reason = unsupported_reason(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
@@ -204,9 +210,11 @@ def verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_in
         return _fallback("batch_size", f"batch of {qo_indptr.shape[0] - 1} requests exceeds the workspace's "
                          f"max_bs {workspace.max_bs}")
     try:
+        # max_len_extend is SGLang's draft tokens per request, a Python int in eager and graph
+        # form alike: it picks the kernel's row tier without reading the device
         m.verify_attention(q_extend, k_buffer, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
                            qo_indptr, float(sm_scale), out=o_extend, lse_out=lse[:N * H].view(N, H),
-                           workspace=workspace)
+                           workspace=workspace, max_draft_len=_draft_len(max_len_extend))
     except VerifyInputError as e:  # raised by its shape checks, before anything is launched or written
         return _fallback("kernel_rejected", f"kernel.ops rejected the call: {e}")
     calls["flash"] += 1

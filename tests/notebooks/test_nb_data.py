@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from nb_fixtures import bench_doc, validation_doc, write_fixture_data
 
-from notebooks import data
+from notebooks import data, provenance
 
 
 def test_newest_is_latest_date_not_latest_name(tmp_path):
@@ -18,7 +18,7 @@ def test_newest_is_latest_date_not_latest_name(tmp_path):
     (tmp_path / "bench-z.json").write_text(json.dumps(new))
     doc = data.newest(tmp_path, "bench", allow_fixture=True)
     assert doc["commit"] == "newer-by-date"
-    assert data.provenance(doc)["file"] == "bench-a.json"
+    assert provenance.source(doc)["file"] == "bench-a.json"
 
 
 def test_missing_kind_names_kind_and_dir(tmp_path):
@@ -116,3 +116,37 @@ def test_missing_data_dir_reads_as_no_measurement(tmp_path):
     with pytest.raises(data.MeasurementError,
                        match=r"no measurement of kind 'bench' in .*\(the directory does not exist\)"):
         data.newest(tmp_path / "reports" / "data", "bench")
+
+
+def test_new_kinds_and_keys_do_not_break_loading_and_are_listed(tmp_path):
+    """The lead adds microbench / sglang-backend files and per-row keys (e.g. a kernel tier):
+    the pages keep loading what they know and list the rest, inventing nothing for it."""
+    write_fixture_data(tmp_path, kinds=("bench",))
+    bench = json.loads(next(tmp_path.glob("bench-*.json")).read_text())
+    for r in bench["rows"]:
+        r["tier"] = "t1"
+    bench["kernel_version"] = "v9"
+    (tmp_path / "bench-tier.json").write_text(json.dumps({**bench, "date": "2026-12-05T00:00:00Z"}))
+    (tmp_path / "micro-x.json").write_text(json.dumps({"kind": "microbench", "date": "soon",
+                                                       "results": [{"what": "ldmatrix"}]}))
+    (tmp_path / "sglang-backend-x.json").write_text(json.dumps(
+        {"kind": "sglang-backend", "date": "2026-12-04T00:00:00Z"}))
+    (tmp_path / "odd.json").write_text(json.dumps({"kind": "something-new", "date": "2026-12-03"}))
+    doc = data.newest(tmp_path, "bench", allow_fixture=True)
+    assert doc["kernel_version"] == "v9"
+    df = data.bench_frame(doc)
+    assert "tier" in df and not data.centre(df).empty
+    listed = {o["kind"]: o for o in data.not_shown(tmp_path, [doc])}
+    assert set(listed) == {"microbench", "sglang-backend", "something-new"}
+    assert listed["something-new"]["what"] == "unknown kind"
+    assert listed["microbench"]["file"] == "micro-x.json"
+    with pytest.raises(data.MeasurementError, match="micro-x.json: 'date' is not ISO-8601"):
+        data.newest(tmp_path, "microbench")
+
+
+def test_repeat_spread_is_the_noise_of_one_configuration():
+    rows = [_row("flash", t, sweep=s, S=185000, prefix_lens=[185000])
+            for s, t in (("S", 100.0), ("T", 102.0), ("H", 101.0))]
+    df = data.bench_frame({"_path": "b", "ceilings": {"read_GBps": 1, "mma_TFLOPs": 1},
+                           "rows": rows})
+    assert data.repeat_spread(df) == (3, pytest.approx(0.02 / 1.01))

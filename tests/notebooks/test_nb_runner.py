@@ -120,10 +120,12 @@ def test_gpu_machine_measures_first_and_says_so(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("name", list(run.NEEDS))
 def test_committed_notebooks_declare_smoke_and_data_dir_as_literals(tmp_path, name):
     ipynb = run.to_ipynb(run.NB_DIR / f"{name}.py", tmp_path)
-    names = run.check_literal_parameters(ipynb)
-    declared = run.check_parameters(ipynb, {}, names)
-    assert {"smoke", "data_dir", "record_path"} <= set(declared)
-    assert declared["smoke"]["default"] == "False"
+    defaults = run.parameter_defaults(ipynb)
+    assert run.check_parameters(ipynb, {}, defaults) == {}
+    assert {"smoke", "data_dir", "record_path"} <= set(defaults)
+    assert defaults["smoke"] is False
+    if name != "03_canary_ab":  # it shows no kernel.gpu_run numbers of its own
+        assert defaults["measured_since"] == ""
 
 
 def test_parameter_papermill_cannot_parse_is_refused(tmp_path, cli, capsys):

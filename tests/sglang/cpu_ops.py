@@ -24,11 +24,11 @@ class CpuOps:
         return self.workspaces.setdefault(torch.device(device), types.SimpleNamespace(max_bs=4096))
 
     def verify_attention(self, q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
-                         qo_indptr, sm_scale, *, out=None, lse_out=None, workspace=None):
+                         qo_indptr, sm_scale, *, out=None, lse_out=None, workspace=None, max_draft_len=None):
         self.calls.append(dict(q=q, kv_cache=kv_cache, kv_indptr=kv_indptr, kv_indices=kv_indices,
                                k_extend=k_extend, custom_mask=custom_mask, mask_indptr=mask_indptr,
                                qo_indptr=qo_indptr, sm_scale=sm_scale, out=out, lse_out=lse_out,
-                               workspace=workspace))
+                               workspace=workspace, max_draft_len=max_draft_len))
         N, H, _ = q.shape
         out = torch.empty(N, H, 512, dtype=q.dtype) if out is None else out
         lse = torch.empty(N, H, dtype=torch.float32) if lse_out is None else lse_out

@@ -31,6 +31,7 @@ def _check_handover(ops, harness, case, o, *, graph):
     assert c["qo_indptr"].dtype == (torch.int64 if graph else torch.int32)
     assert c["kv_indices"].dtype == torch.int64
     assert c["sm_scale"] == harness.layer.scaling
+    assert c["max_draft_len"] == 8   # SGLang's max_extend_len: picks the kernel's tier, statically
     if case.custom_mask is None:
         assert c["custom_mask"] is None
     if graph:  # fixed buffers, larger than this batch needs

@@ -1,0 +1,97 @@
+"""Microbenchmarks of the kernel memo's ladder, in situ: each tier's own kernel with stages
+left out, so what is measured is exactly the code that ships.
+
+- stream (rung L1): the kernel without its math and merge (mode 1 | 4): the paged KV gather
+  alone, per tier and L2 policy (the small tier's evict-first, or plain), as GB/s of the KV
+  bytes against the read ceiling of the same run.
+- mma (rung L2): the kernel without its KV loads and merge (mode 2 | 4): the per-tile math on
+  shared-memory-resident tiles, as SM clocks per 16-token tile on the busiest CTA.
+- full: the whole kernel (mode 0) and without the merge (mode 4): the merge's share.
+"""
+from __future__ import annotations
+
+import subprocess
+
+import torch
+
+from ..inputs import make_case
+from ..ops import TIERS, get_workspace, launch
+from .sm120_estimate import SM120, estimate
+from .timing import log, time_calls
+
+BN, MIN_CHUNK, ROW_BYTES = 16, 128, 576 * 2
+MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
+# the small tier streams under an L2 evict-first policy; mode 8 measures the plain policy beside it
+STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}
+# (S, T, H, tiers): the centre, the rows of T = 1 and 4, compute-bound T, and a short
+# context; each at its candidate tiers (more row tiles of fewer rows read the KV through L2)
+SHAPES = ((185000, 8, 8, (4, 2, 1, 0)), (185000, 1, 8, (1, 0)), (185000, 4, 8, (4, 2, 1, 0)),
+          (185000, 2, 8, (2, 1, 0)), (185000, 16, 8, (4, 2, 0)), (185000, 32, 8, (4, 2, 0)),
+          (16384, 8, 8, (4, 2, 0)))
+
+
+def sm_clock_mhz() -> dict:
+    """The SM clock nvidia-smi reports now and its maximum (MHz); None where unreadable."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout.split(",")
+        return {"sm_now": float(out[0]), "sm_max": float(out[1])}
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return {"sm_now": None, "sm_max": None}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int) -> int:
+    """16-token tiles of the busiest CTA, by the device's own schedule (verify_common.cuh)."""
+    nrt = [_cdiv(T * H, rows) for _ in prefix_lens]
+    U, total = sum(nrt), sum(n * (s + T) for n, s in zip(nrt, prefix_lens))
+    chunk = _cdiv(total, target - U) if U < target else 1 << 40
+    chunk = _cdiv(max(MIN_CHUNK, chunk), BN) * BN
+    return max(_cdiv(_cdiv(s + T, _cdiv(s + T, chunk)), BN) for s in prefix_lens)
+
+
+def run(ceil_gbps: float, stages: set[str]) -> dict:
+    """Rows for the `stages` among {"stream", "mma", "full"}, with the clock they assume."""
+    clock = sm_clock_mhz()
+    mhz = clock["sm_max"] or 1980.0
+    ws = get_workspace("cuda")
+    rows = []
+    for S, T, H, tiers in SHAPES:
+        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25)
+        o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
+        kv_bytes = (S + T) * ROW_BYTES
+
+        def timed(tier, mode):
+            fn = lambda: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier)
+            return time_calls([fn]) * 1e3
+
+        for tier in tiers:
+            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
+            base = {"S": S, "T": T, "H": H, "tier": tier, "rows_per_tile": TIERS[tier], "tiles_per_cta": tiles}
+            if "stream" in stages:
+                for name, opt in (STREAM_OPTIONS.items() if tier != 0 else (("plain", 0),)):
+                    us = timed(tier, MODE_NO_MATH | MODE_NO_MERGE | opt)
+                    # every row tile streams the same KV: tiers with several tiles read it through L2
+                    rows.append(dict(base, stage="stream", option=name, time_us=us, GBps=kv_bytes / us / 1e3,
+                                     frac_read_ceiling=kv_bytes / us / 1e3 / ceil_gbps))
+                    log(f"micro stream S={S} T={T} tier {tier} {name:24s} {us:8.1f} us "
+                        f"{kv_bytes / us / 1e3:7.0f} GB/s ({kv_bytes / us / 1e3 / ceil_gbps:.0%} of read)")
+            if "mma" in stages:
+                us = timed(tier, MODE_NO_LOADS | MODE_NO_MERGE)
+                rows.append(dict(base, stage="mma", time_us=us, clk_per_tile=us * mhz / tiles))
+                log(f"micro mma    S={S} T={T} tier {tier} {us:8.1f} us  {us * mhz / tiles:7.0f} clk/tile "
+                    f"({tiles} tiles/CTA)")
+            if "full" in stages:
+                full, nomerge = timed(tier, 0), timed(tier, MODE_NO_MERGE)
+                rows.append(dict(base, stage="full", time_us=full, no_merge_us=nomerge, merge_us=full - nomerge,
+                                 clk_per_tile=nomerge * mhz / tiles))
+                log(f"micro full   S={S} T={T} tier {tier} {full:8.1f} us, merge {full - nomerge:5.1f} us")
+        del case, o, lse
+        torch.cuda.empty_cache()
+    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "rows": rows,
+            "sm120_estimate": {"model": "estimate, not a measurement: kernel/bench/sm120_estimate.py",
+                               "assumptions": SM120, "rows": estimate(rows, tiles_per_cta)}}

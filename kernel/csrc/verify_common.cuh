@@ -1,0 +1,248 @@
+// What every tier of the verify kernel shares: the launch parameters, the sm_80-class
+// instruction wrappers (cp.async, ldmatrix, named barriers), and the on-device schedule
+// (which request, row tile and KV split a CTA serves), templated on the rows per tile.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "mma_sync.cuh"
+
+namespace mlav {
+
+constexpr int D = 576;          // latent 512 + rope 64
+constexpr int DV = 512;         // V = first 512 columns of the latent row
+constexpr int CHUNKS = D / 8;   // 16-byte chunks per row
+constexpr int BN = 16;          // KV tokens per pipeline stage
+constexpr int NWARPS = 8;
+constexpr int NTHREADS = NWARPS * 32;
+constexpr int MIN_CHUNK = 128;  // fewest KV tokens per split: a split must outweigh its partial
+constexpr int TILE_BYTES = BN * D * 2;
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+// mode bits: diagnostics drop stages (1: math, 2: KV loads, 4: merge); 8: the plain L2 policy
+// on the small tier's KV stream instead of evict-first (for the stream microbenchmark)
+constexpr int MODE_NO_MATH = 1, MODE_NO_LOADS = 2, MODE_NO_MERGE = 4, MODE_PLAIN_CACHE = 8;
+
+struct Params {
+  const __nv_bfloat16* q;        // [N, H, 576] contiguous
+  const __nv_bfloat16* kv;       // pool rows, stride kv_stride elements
+  long long kv_stride;
+  const void* kv_indptr; int kv_indptr_64;
+  const void* kv_indices; int kv_indices_64;   // null: identity (slot = kv_indptr[b] + p)
+  const __nv_bfloat16* kext;     // [N, 1, 576] rows, stride ext_stride elements
+  long long ext_stride;
+  const uint8_t* mask;           // FULL_MASK layout, null: causal chain
+  const void* mask_indptr; int mask_indptr_64;
+  const void* qo_indptr; int qo_indptr_64;
+  int bs, num_tokens, H;
+  float scale_log2;              // sm_scale * log2(e)
+  __nv_bfloat16* o;              // [N, H, 512]
+  float* lse;                    // [N, H] or null
+  int* table;                    // [bs][4]: ns, nrt, part_base, chunk (written by CTA 0)
+  float* part_lse;               // [part_cap][rows per tile] (log2 units)
+  __nv_bfloat16* part_o;         // [part_cap][rows per tile][512], normalised partial O
+  int part_cap;
+  int target_ctas;
+  int mode;
+};
+
+__device__ __forceinline__ long long ld_index(const void* p, int is64, long long i) {
+  return is64 ? __ldg(reinterpret_cast<const long long*>(p) + i)
+              : (long long)__ldg(reinterpret_cast<const int*>(p) + i);
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte chunk c of row `row` in a [rows][72 chunks] tile, XOR-swizzled so that the eight
+// rows an ldmatrix reads land in eight different bank groups.
+__device__ __forceinline__ int swz(int row, int c) { return row * CHUNKS + (c ^ (row & 7)); }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+// The same copy with an L2 cache policy (createpolicy), sm_80+.
+__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void* src, int src_bytes, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n"
+               ::"r"(dst), "l"(src), "r"(src_bytes), "l"(pol));
+}
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+}
+__device__ __forceinline__ void named_bar(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Exclusive block-wide scan of one int per thread (256 threads); returns the total.
+__device__ __forceinline__ int block_excl_scan(int v, int& excl, int* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) scratch[warp] = x;
+  __syncthreads();
+  int wsum = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < NWARPS; ++w) {
+    int s = scratch[w];
+    if (w < warp) wsum += s;
+    total += s;
+  }
+  excl = wsum + x - v;
+  __syncthreads();
+  return total;
+}
+
+struct Item {
+  int b, rt, split, ns, nrt;
+  int p0, p1;          // KV positions [p0, p1) of this split (prefix then draft)
+  int S, T, qo0, part_slot;
+  long long kv0, m0;   // kv_indptr[b], mask_indptr[b]
+};
+
+// Every CTA derives the whole schedule from the sequence lengths (a few microseconds, no
+// extra launch) and picks its own item. Returns false when this CTA has no work.
+// A request's T_b * H query rows form nrt_b = ceil(T_b * H / BMR) row tiles. Splits: with
+// U = sum_b nrt_b, chunk = max(MIN_CHUNK, ceil(sum_b nrt_b * L_b / (target - U))) tokens
+// rounded to BN and ns_b = ceil(L_b / chunk), so that sum_b nrt_b * ns_b <= target: one
+// wave (a second, nearly empty wave would double the time). Items are ordered (request,
+// split, row tile) so that the row tiles reading the same KV range run side by side and
+// share it through L2. `smem_i` needs 64 ints.
+template <int BMR>
+__device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
+  const int tid = threadIdx.x;
+  int* scratch = smem_i;                       // [NWARPS]
+  long long* red = reinterpret_cast<long long*>(smem_i + 16);  // [NWARPS]
+  const int per = (p.bs + NTHREADS - 1) / NTHREADS;
+  const int b0 = tid * per, b1 = min(p.bs, b0 + per);
+  // pass 1: total work
+  long long work = 0;
+  int nrt_sum = 0;
+  for (int b = b0; b < b1; ++b) {
+    long long S = ld_index(p.kv_indptr, p.kv_indptr_64, b + 1) - ld_index(p.kv_indptr, p.kv_indptr_64, b);
+    long long T = ld_index(p.qo_indptr, p.qo_indptr_64, b + 1) - ld_index(p.qo_indptr, p.qo_indptr_64, b);
+    long long nrt = (T * p.H + BMR - 1) / BMR;
+    work += nrt * (S + T);
+    nrt_sum += (int)nrt;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) work += __shfl_xor_sync(0xffffffffu, work, o);
+  if ((tid & 31) == 0) red[tid >> 5] = work;
+  __syncthreads();
+  long long total = 0;
+#pragma unroll
+  for (int w = 0; w < NWARPS; ++w) total += red[w];
+  __syncthreads();
+  // sum of row tiles: every request rounds its split count up, at most one extra item per
+  // row tile, so aiming at (target - U) items keeps the whole schedule within one wave
+  if ((tid & 31) == 0) scratch[tid >> 5] = 0;
+  __syncthreads();
+  atomicAdd(&scratch[tid >> 5], nrt_sum);
+  __syncthreads();
+  long long U = 0;
+#pragma unroll
+  for (int w = 0; w < NWARPS; ++w) U += scratch[w];
+  __syncthreads();
+  long long chunk;
+  if (U < p.target_ctas) {
+    long long aim = p.target_ctas - U;
+    chunk = (total + aim - 1) / aim;
+  } else {
+    chunk = 1LL << 40;   // more row tiles than CTAs: one split per request, whole waves
+  }
+  if (chunk < MIN_CHUNK) chunk = MIN_CHUNK;
+  chunk = (chunk + BN - 1) / BN * BN;
+  // pass 2: items and partial slots per request, exclusive scans
+  int items = 0, parts = 0;
+  for (int b = b0; b < b1; ++b) {
+    long long S = ld_index(p.kv_indptr, p.kv_indptr_64, b + 1) - ld_index(p.kv_indptr, p.kv_indptr_64, b);
+    long long T = ld_index(p.qo_indptr, p.qo_indptr_64, b + 1) - ld_index(p.qo_indptr, p.qo_indptr_64, b);
+    int nrt = (int)((T * p.H + BMR - 1) / BMR);
+    int ns = nrt ? (int)((S + T + chunk - 1) / chunk) : 0;
+    items += nrt * ns;
+    parts += ns > 1 ? nrt * ns : 0;
+  }
+  int item_excl, part_excl;
+  block_excl_scan(items, item_excl, scratch);
+  block_excl_scan(parts, part_excl, scratch);
+  // pass 3: the thread whose requests hold this CTA's item publishes it
+  int* found = smem_i + 48;                    // 16 ints
+  if (tid == 0) found[0] = -1;
+  __syncthreads();
+  const int me = blockIdx.x;
+  for (int b = b0; b < b1; ++b) {
+    long long kv0 = ld_index(p.kv_indptr, p.kv_indptr_64, b);
+    long long S = ld_index(p.kv_indptr, p.kv_indptr_64, b + 1) - kv0;
+    long long qo0 = ld_index(p.qo_indptr, p.qo_indptr_64, b);
+    long long T = ld_index(p.qo_indptr, p.qo_indptr_64, b + 1) - qo0;
+    long long L = S + T;
+    int nrt = (int)((T * p.H + BMR - 1) / BMR);
+    int ns = nrt ? (int)((L + chunk - 1) / chunk) : 0;
+    int chunk_b = ns ? (int)(((L + ns - 1) / ns + BN - 1) / BN * BN) : 0;
+    if (blockIdx.x == 0) {
+      p.table[4 * b + 0] = ns;
+      p.table[4 * b + 1] = nrt;
+      p.table[4 * b + 2] = ns > 1 ? part_excl : -1;
+      p.table[4 * b + 3] = chunk_b;
+    }
+    int n_items = nrt * ns;
+    if (me >= item_excl && me < item_excl + n_items) {
+      int local = me - item_excl;
+      int split = local / nrt, rt = local % nrt;
+      found[0] = b; found[1] = rt; found[2] = split; found[3] = ns; found[4] = nrt;
+      found[5] = split * chunk_b;
+      found[6] = (int)min(L, (long long)(split + 1) * chunk_b);
+      found[7] = (int)S; found[8] = (int)T; found[9] = (int)qo0;
+      found[10] = ns > 1 ? part_excl + local : -1;
+      long long m0 = p.mask ? ld_index(p.mask_indptr, p.mask_indptr_64, b) : 0;
+      reinterpret_cast<long long*>(found + 12)[0] = kv0;   // 8-byte aligned (smem_i + 60)
+      reinterpret_cast<long long*>(found + 12)[1] = m0;
+    }
+    item_excl += n_items;
+    part_excl += ns > 1 ? n_items : 0;
+  }
+  __syncthreads();
+  if (found[0] < 0) return false;
+  it.b = found[0]; it.rt = found[1]; it.split = found[2]; it.ns = found[3]; it.nrt = found[4];
+  it.p0 = found[5]; it.p1 = found[6]; it.S = found[7]; it.T = found[8]; it.qo0 = found[9];
+  it.part_slot = found[10];
+  it.kv0 = reinterpret_cast<long long*>(found + 12)[0];
+  it.m0 = reinterpret_cast<long long*>(found + 12)[1];
+  __syncthreads();   // the planning scratch is reused by the caller next
+  return it.part_slot < p.part_cap;
+}
+
+// Upper bound on the items of a launch: at most target + sum_b nrt_b, and sum_b nrt_b <=
+// ceil(N * H / BMR) + bs.
+__host__ __device__ inline int grid_for(int bmr, int target_ctas, int num_tokens, int H, int bs) {
+  return target_ctas + (int)(((long long)num_tokens * H + bmr - 1) / bmr) + bs;
+}
+
+}  // namespace mlav

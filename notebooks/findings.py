@@ -1,0 +1,147 @@
+"""The findings box at the top of each report and the verdict on reports/index.html.
+
+A finding is {"id", "check", "text", "status", "anchor"}: its text is built here from the
+measurement JSON (no number is typed by hand), the notebook shows it first, and the record
+carries it to the index, so the index and the page can never disagree.
+status: "pass" (the check holds), "fail" (it does not), "open" (not shown by any data yet),
+"info" (a measured fact without a pass/fail reading).
+"""
+from __future__ import annotations
+
+import html
+
+from . import data
+from .glossary import IMPL_LABELS
+from .provenance import PRODUCTION_ARCH, PRODUCTION_NAME, evidence_limits
+
+MARK = {"pass": ("&#10004;", "#1a7f37", "yes"), "fail": ("&#10008;", "#cf222e", "no"),
+        "open": ("&#9675;", "#9a6700", "not shown"), "info": ("&#8226;", "#57606a", "")}
+
+
+def finding(id: str, check: str, text: str, status: str, anchor: str) -> dict:
+    if status not in MARK:
+        raise ValueError(f"status: {status!r} is not one of {', '.join(MARK)}")
+    return {"id": id, "check": check, "text": text, "status": status, "anchor": anchor}
+
+
+def production(docs: list[dict]) -> dict:
+    """Whether the production GPU ran any of these files, and what was built for it."""
+    lim = evidence_limits(docs)
+    gpus = ", ".join(lim["gpus"])
+    if lim["production_ran"]:
+        return finding("production", f"run on the production GPU ({PRODUCTION_ARCH})",
+                       f"measured on {gpus}", "pass", "evidence")
+    b = lim["production_build"]
+    built = (f"compiled for it ({b['registers']} registers, {b['spills']} bytes spilled)"
+             if b else "compiled for it")
+    return finding("production", f"run on the production GPU ({PRODUCTION_ARCH}, "
+                   f"{PRODUCTION_NAME})", f"{built}, never run on it: all data from {gpus}",
+                   "open", "evidence")
+
+
+def correctness(val: dict) -> dict:
+    v = data.validation_summary(val)
+    clean = v["nan_cases"] == 0 and v["unwritten_total"] == 0
+    text = (f"{v['n_pass']} of {v['n_cases']} cases pass at relative tolerance "
+            f"{v['tolerance']:g} against the float64 oracle (worst error {v['max_rel_err']:.3g}); "
+            + ("NaN poison: no NaN output, no unwritten row" if clean else
+               f"NaN poison: {v['nan_cases']} cases with NaN, "
+               f"{v['unwritten_total']} unwritten rows"))
+    return finding("correctness", "correct", text, "pass" if v["all_pass"] and clean else "fail",
+                   "correctness")
+
+
+def centre_speed(df) -> dict:
+    """Our time at the centre against the roofline floor and against SGLang's paths."""
+    c = data.centre(df).set_index("impl")
+    if data.OURS not in c.index:
+        raise data.MeasurementError(f"bench has no {data.OURS!r} row at the centre point")
+    ours, roof = float(c.loc[data.OURS, "time_us"]), float(c.loc[data.OURS, "roofline_us"])
+    n, _ = data.repeat_spread(df)
+    text = (f"{ours:,.1f} us per layer at S = {data.CENTRE['S']:,}, T = {data.CENTRE['T']}, "
+            f"H = {data.CENTRE['H']} (median of {n} repeats): {ours / roof:.1f}x the roofline "
+            f"floor of {roof:,.1f} us ({roof / ours:.0%} of the roof)")
+    x = {impl: float(c.loc[impl, "time_us"]) / ours for impl in (data.BASELINE, data.SPLIT_KV)
+         if impl in c.index}
+    for impl, v in x.items():
+        text += f"; {v:,.1f}x faster than {IMPL_LABELS[impl]}"
+    return finding("centre", "faster than what CUDA runs today", text,
+                   "pass" if x.get(data.BASELINE, 0.0) > 1 else "fail", "centre")
+
+
+def sglang_step(integ: dict) -> dict:
+    it = data.integration_frame(integ)
+    r = data.integration_headline(it)
+    graph = int(it["graph_replay_matches_eager"].sum())
+    text = (f"{r['triton_ms_per_step']:,.1f} ms -> {r['plugin_ms_per_step']:,.1f} ms of "
+            f"attention per {integ['layers']}-layer verify step inside SGLang (S = "
+            f"{int(r['S']):,}, T = {int(r['T'])}, {r['tree']} tree): {r['speedup']:,.0f}x; "
+            f"CUDA-graph replay matches eager in {graph} of {len(it)} cases")
+    ok = bool((it["speedup"] > 1).all()) and graph == len(it)
+    return finding("step", f"{integ['layers']}-layer verify step, before -> after", text,
+                   "pass" if ok else "fail", "sglang")
+
+
+def baseline(df, bench: dict) -> list[dict]:
+    """Phase 0: how slow SGLang's CUDA path is at the centre point, and what it costs."""
+    read_gbps, _ = data.ceilings(bench)
+    c = data.centre(df).set_index("impl")
+    if data.BASELINE not in c.index:
+        raise data.MeasurementError(f"{bench['_path']}: no {data.BASELINE!r} row at the centre")
+    b = c.loc[data.BASELINE]
+    step = data.step_ms(df, data.BASELINE)
+    floor = float(b["roofline_us"]) * data.LAYERS / 1e3
+    blocks = data.CENTRE["batch"] * data.CENTRE["H"] * -(-data.CENTRE["T"] // data.EXTEND_BLOCK_M)
+    return [
+        finding("baseline-bw", "how fast SGLang's CUDA path reads the cache",
+                f"{IMPL_LABELS[data.BASELINE]} at S = {data.CENTRE['S']:,}: "
+                f"{data.fmt_us(float(b['time_us']))} per layer, {b['GBps']:,.1f} GB/s = "
+                f"{100 * b['GBps'] / read_gbps:.2f} % of the {read_gbps:,.0f} GB/s read ceiling",
+                "info", "bandwidth"),
+        finding("baseline-why", "why", f"a grid of {blocks} thread blocks for the GPU's "
+                f"{int(bench['sms'])} SMs, and each of the {data.CENTRE['H']} heads reads the "
+                "whole cache again", "info", "why"),
+        finding("baseline-step", f"cost over {data.LAYERS} layers",
+                f"{step:,.0f} ms of attention per verify step; the roofline floor of the same "
+                f"work is {floor:,.2f} ms: {step / floor:,.0f}x headroom", "info", "layers"),
+    ]
+
+
+def contiguous(tab) -> list[dict]:
+    """Phase 1: the speed-up table's longest prefix (columns as the notebook builds them)."""
+    top = tab.iloc[-1]
+    text = (f"at S = {int(top['S']):,}: ours {data.fmt_us(top['ours, us'])} per layer, "
+            f"{top['ours, % of read ceiling']:.0f} % of the read ceiling")
+    for impl in (data.NAIVE, data.BASELINE):
+        col = f"speed-up over {IMPL_LABELS[impl]}"
+        if col in tab:
+            text += f"; {top[col]:,.1f}x faster than {IMPL_LABELS[impl]}"
+    return [finding("contiguous", "contiguous cache", text, "info", "contiguous")]
+
+
+# left-aligned and top-aligned whatever the page's table style (Jupyter's right-aligns cells)
+CELL = "padding:2px 8px;text-align:left;vertical-align:top"
+
+
+def row(f: dict, href: str = "") -> str:
+    """One finding as a table row: status, check, text, and a link to its evidence
+    (href + '#' + anchor; href empty: the same page)."""
+    sym, colour, word = MARK[f["status"]]
+    link = f'<a href="{html.escape(href)}#{html.escape(f["anchor"])}">evidence</a>'
+    return (f'<tr><td style="color:{colour};white-space:nowrap;{CELL}">{sym} {word}</td>'
+            f'<td style="{CELL}"><b>{html.escape(f["check"])}</b></td>'
+            f'<td style="{CELL}">{html.escape(f["text"])}</td><td style="{CELL}">{link}</td></tr>')
+
+
+def box(findings: list[dict], title: str, rows: str = "") -> str:
+    """HTML of a findings box: a title line, then one row per finding (or the given rows)."""
+    rows = rows or "".join(row(f) for f in findings)
+    return (f'<div class="mla-findings" style="border:2px solid #0969da;border-radius:6px;'
+            f'padding:6px 10px;margin:8px 0;background:#f6f8fa"><div style="margin-bottom:4px">'
+            f'{title}</div><table style="border-collapse:collapse;font-size:95%">{rows}</table>'
+            f'</div>')
+
+
+def anchor(name: str) -> str:
+    """An HTML anchor a finding links to; the notebooks put one before each section."""
+    return f'<a id="{html.escape(name)}"></a>'

@@ -1,0 +1,42 @@
+"""The README's figures are the newest measurement JSON's: each number it quotes is recomputed
+here from the file it cites, and that file must be the newest of its kind. New data means the
+README is updated in the same change (this test names what to write)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from notebooks import data
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+DATA = ROOT / "reports" / "data"
+
+
+def _one(pattern: str) -> re.Match:
+    found = list(re.finditer(pattern, re.sub(r"\s+", " ", README)))
+    assert len(found) == 1, f"README should quote this once: {pattern}"
+    return found[0]
+
+
+def test_readme_bandwidth_and_ceiling_are_the_newest_bench_file():
+    m = _one(r"reads its KV cache at ([\d.]+) GB/s on an? ([^,]+), where the memory allows "
+             r"([\d,]+) GB/s \(`reports/data/([^`]+)`")
+    bench = data.newest(DATA, "bench")
+    assert m.group(4) == Path(bench["_path"]).name, f"cite the newest bench file {bench['_path']}"
+    df = data.bench_frame(bench)
+    base = data.centre(df).set_index("impl").loc[data.BASELINE]
+    read_gbps, _ = data.ceilings(bench)
+    assert m.group(1) == f"{base['GBps']:.1f}"
+    assert m.group(3) == f"{read_gbps:,.0f}"
+    assert m.group(2) == bench["gpu"]
+
+
+def test_readme_case_count_is_the_newest_validation_file():
+    m = _one(r"(\d+) random cases plus the extremes: (\d+) cases in `reports/data/([^`]+)`")
+    val = data.newest(DATA, "validation")
+    assert m.group(3) == Path(val["_path"]).name, f"cite the newest validation file {val['_path']}"
+    assert int(m.group(2)) == val["n_cases"] == len(val["cases"])
+    default = re.search(r'"--cases", type=int, default=(\d+)', (ROOT / "kernel" / "gpu_run.py")
+                        .read_text())
+    assert default and m.group(1) == default.group(1), "kernel.gpu_run's --cases default"

@@ -1,0 +1,37 @@
+"""The sm_120 model behind the phase-2 estimate column: MMA counts per tile match the kernel
+memo's budgets, and the memory/math split follows the inputs."""
+import pytest
+
+from kernel.bench.micro import tiles_per_cta
+from kernel.bench.sm120_estimate import SM120, estimate, mmas_per_tile
+
+
+def test_mma_counts_match_the_memo():
+    assert mmas_per_tile(64, 0) == 544           # memo section 1: one 16-token tile, 64 rows
+    assert mmas_per_tile(32, 4) == 272           # design C at 32 rows
+    assert mmas_per_tile(8, 1) == 68
+
+
+def test_tiles_per_cta_is_the_device_schedule():
+    assert tiles_per_cta([185000], 8, 8, 64, 132) == 89      # memo: 89 tiles per CTA at the centre
+    assert tiles_per_cta([185000], 8, 8, 32, 132) == 178     # two row tiles share the splits
+
+
+def _rows(clk, frac):
+    base = dict(S=185000, T=1, H=8, tier=1, rows_per_tile=8, tiles_per_cta=89)
+    return [dict(base, stage="full", time_us=70.0, merge_us=5.0, clk_per_tile=clk),
+            dict(base, stage="mma", time_us=40.0, clk_per_tile=clk),
+            dict(base, stage="stream", option="evict_first", time_us=55.0, frac_read_ceiling=frac)]
+
+
+def test_memory_bound_when_the_math_is_short():
+    (r,) = estimate(_rows(900.0, 0.9), tiles_per_cta)
+    kv = 185001 * 1152
+    assert r["bound"] == "memory"
+    assert r["sm120_memory_us"] == pytest.approx(kv / (SM120["dram_GBps"] * 1e3 * 0.9))
+    assert r["sm120_estimate_us"] == pytest.approx(r["sm120_memory_us"] + 5.0)
+
+
+def test_math_bound_when_the_tiles_are_slow():
+    (r,) = estimate(_rows(20000.0, 0.9), tiles_per_cta)
+    assert r["bound"] == "math" and r["sm120_math_us"] > r["sm120_memory_us"]
