@@ -191,6 +191,7 @@ def load(archs=ARCHS) -> ctypes.CDLL:
     lib.mla_verify_workspace_bytes.argtypes = [i, i]
     lib.mla_verify_workspace_bytes.restype = ll
     lib.mla_verify_rows_per_cta.argtypes = [i]
+    lib.mla_verify_tier_smem_bytes.argtypes = [i]
     lib.mla_verify_error_string.argtypes = [i]
     lib.mla_verify_error_string.restype = ctypes.c_char_p
     lib.mla_verify_num_sms.argtypes = [i]

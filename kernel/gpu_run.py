@@ -39,7 +39,7 @@ from .bench.sweeps import bench
 from .bench.timing import log
 from .bench.validate import graph_check, validate
 from .inputs import make_case
-from .ops import verify_attention
+from .ops import TIERS, verify_attention
 
 
 
@@ -131,8 +131,11 @@ def main(argv=None) -> int:
                      else f"{r['clk_per_tile']:7.0f} clk/tile" + (f", merge {r['merge_us']:.1f} us" if r["stage"] == "full" else ""))
             summary.append(f"micro {r['stage']:6s} S={r['S']:>7} T={r['T']:>3} tier {r['tier']} {r['time_us']:9.1f} us  {extra}")
     if "bench" in stages:
+        lib = build.load()
+        tiers = {str(t): {"rows_per_tile": rows, "smem_bytes": lib.mla_verify_tier_smem_bytes(t)}
+                 for t, rows in TIERS.items()}
         b = dict(info, kind="bench", quick=a.quick, ceilings={"read_GBps": gbps, "mma_TFLOPs": tfl},
-                 resources=res, rows=[])
+                 resources=res, tiers=tiers, rows=[])
 
         def save(rows):
             b["rows"] = rows

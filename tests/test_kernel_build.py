@@ -31,6 +31,14 @@ def test_no_spills_no_stack(lib_dir):
         assert r["stack"] == 0, r
 
 
+def test_every_tier_fits_sm120_shared_memory(lib_dir):
+    lib = ctypes.CDLL(str(lib_dir / build.LIB))
+    sizes = {t: lib.mla_verify_tier_smem_bytes(t) for t in (0, 1, 2, 4)}
+    assert all(0 < v <= build.SMEM_LIMIT for v in sizes.values()), sizes
+    assert max(sizes.values()) == lib.mla_verify_smem_bytes()
+    assert lib.mla_verify_tier_smem_bytes(3) == -1
+
+
 def test_shared_memory_fits_sm120(lib_dir):
     lib = ctypes.CDLL(str(lib_dir / build.LIB))   # host-only entry points: no GPU needed
     dyn = lib.mla_verify_smem_bytes()

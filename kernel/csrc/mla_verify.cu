@@ -71,6 +71,16 @@ int mla_verify_smem_bytes() {
   return m;
 }
 int mla_verify_rows_per_cta(int tier) { return rows_of_tier(tier); }
+// Dynamic shared memory of one tier's kernel (bytes), -1 for an unknown tier.
+int mla_verify_tier_smem_bytes(int tier) {
+  switch (tier) {
+    case 0: return rows64::SMEM_BYTES;
+    case 1: return small::Layout<1>::SMEM;
+    case 2: return small::Layout<2>::SMEM;
+    case 4: return small::Layout<4>::SMEM;
+    default: return -1;
+  }
+}
 
 // Workspace for a device with `target_ctas` resident CTAs and up to `max_bs` requests
 // (sized for the tier with the most rows per tile; bf16 partials).
