@@ -17,7 +17,9 @@
 # size), SGLang's tree mask, bf16 in and out. This report answers, from one measurement run:
 # is it correct (against a float64 oracle and SGLang's own kernels), how close it is to the
 # hardware's roofline, how much faster it is than what SGLang runs today, whether the cache
-# layout matters, and what it does inside SGLang over all 61 layers.
+# layout matters, which of the kernel's tile sizes serves which shape and where its time goes,
+# what it does inside SGLang over all 61 layers (timed, and through SGLang's own backend in
+# CUDA graphs), and what a model estimates for the production GPU it has not run on.
 
 # %% tags=["parameters"]
 smoke = False  # True: CI run on generated fixture data, small figures
@@ -28,6 +30,7 @@ defrag_threshold = 0.10  # layout slow-downs below this fraction count as "does 
 
 # %%
 import warnings
+from pathlib import Path
 
 import pandas as pd
 from IPython.display import HTML, Markdown, display
@@ -39,11 +42,19 @@ figures.setup(dpi=60 if smoke else 110)
 val = data.newest(data_dir, "validation", allow_fixture=smoke)
 bench = data.newest(data_dir, "bench", allow_fixture=smoke)
 integ = data.newest(data_dir, "sglang-integration", allow_fixture=smoke)
-docs = [val, bench, integ]
-df = data.bench_frame(bench)
+# shown when present (a gpu_run with fewer --stages does not write them)
+micro = data.newest_or_none(data_dir, "microbench", allow_fixture=smoke)
+backend = data.newest_or_none(data_dir, "sglang-backend", allow_fixture=smoke)
+docs = [d for d in (val, bench, integ, micro, backend) if d is not None]
+df = data.bench_frame(bench)  # the comparisons: ours is `flash` alone, never its variants
+df_all = data.bench_frame(bench, variants=True)  # + forced rows64 and L2 flushed (section 7)
+tiers = data.tier_frame(df_all)
+est = data.sm120_frame(micro) if micro is not None else pd.DataFrame()
+centre_est = data.estimate_at(est, data.centre_tier(tiers))
 read_gbps, mma_tflops = data.ceilings(bench)
-found = [findings.correctness(val), findings.centre_speed(df), findings.sglang_step(integ),
-         findings.production(docs)]
+found = [f for f in (findings.correctness(val), findings.centre_speed(df), findings.tiers(tiers),
+                     findings.sglang_step(integ), findings.backend(backend),
+                     findings.production(docs, centre_est)) if f is not None]
 display(HTML(findings.box(found, "<b>Findings of this report</b> (computed from the data below)")))
 display(Markdown('<a id="evidence"></a>' + provenance.evidence_box(docs)))
 display(Markdown(provenance.banner(docs, measured_since)))
@@ -76,9 +87,15 @@ display(Markdown(
     f"{w['tree']} tree, {w['layout']} layout, page size {w['page_size']}); worst LSE error "
     f"{v['max_lse_rel_err']:.3g}.\n"
     f"- NaN poison: {nan_text}."))
-figures.table(data.validation_groups(val),
-              {"worst_rel_err": "{:.2e}", "worst_lse_rel_err": "{:.2e}"},
-              "Validation cases by draft-tree shape and cache layout")
+display(figures.table(data.validation_groups(val),
+                      {"worst_rel_err": "{:.2e}", "worst_lse_rel_err": "{:.2e}"},
+                      "Validation cases by draft-tree shape and cache layout"))
+by_tier = data.validation_tiers(val)
+if not by_tier.empty:
+    display(figures.table(by_tier.rename(columns={"failing": "failing checks"}),
+                          {"worst_rel_err": "{:.2e}"},
+                          "The same cases per kernel tier: each case runs at the tier its shape "
+                          "picks by default and again at the other tiers that shape allows"))
 
 # %%
 sg = pd.DataFrame(val.get("sglang", {}).get("cases", []))
@@ -208,6 +225,8 @@ figures.show(figures.layout_bars(lay[lay["S"] == smax], f"Our time per layer by 
 # ## 6. Draft-tree size T, heads H and batch
 
 # %%
+display(Markdown("Below, \"ours\" is the kernel at its default tier (section 7 says which); "
+                 "the runs with a tier forced or the L2 flushed are not part of these series."))
 for sweep, xlabel, what in (("T", "draft tokens per request, T", "tree size"),
                             ("H", "query heads per GPU, H", "head count"),
                             ("batch", "requests in the batch (S is their total)", "batch size")):
@@ -223,9 +242,157 @@ for sweep, xlabel, what in (("T", "draft tokens per request, T", "tree size"),
     if sp_rows.isna().any().any():
         display(Markdown(glossary.NA_NOTE))
 
+# %%
+b32 = data.select(df, sweep="batch32")
+if not b32.empty:
+    o = b32[b32["impl"] == data.OURS].iloc[0]
+    lens = o["prefix_lens"]
+    tab32 = pd.DataFrame([{"implementation": r["label"], "time per layer, us": r["time_us"],
+                           "effective GB/s": r["GBps"], "% of roofline": 100 * r["frac_roofline"],
+                           "their time / ours": r["time_us"] / o["time_us"]}
+                          for _, r in b32.sort_values("time_us").iterrows()])
+    missing = [glossary.IMPL_LABELS[i] for i in (data.BASELINE, data.SPLIT_KV)
+               if i not in set(b32["impl"])]
+    display(Markdown(
+        f"**A mixed batch of {len(lens)} requests** (prefixes from {min(lens):,} to "
+        f"{max(lens):,} tokens, {int(o['S']):,} in all, T = {int(o['T'])}, H = {int(o['H'])}): "
+        f"ours takes **{o['time_us']:,.1f} us** per layer, {100 * o['frac_roofline']:.0f} % of "
+        "the roofline"
+        + (f"; {', '.join(missing)} did not run on this batch in the benchmark." if missing
+           else ".")))
+    display(figures.table(tab32, {"time per layer, us": "{:,.1f}", "effective GB/s": "{:,.0f}",
+                                  "% of roofline": "{:.1f}", "their time / ours": "{:,.2f}x"},
+                          f"A batch of {len(lens)} requests of mixed length: time per layer"))
+
+# %% [markdown]
+# <a id="tiers"></a>
+# ## 7. Kernel tiers: which tile size served each shape
+# The kernel has two tiers, picked from static shapes only (CUDA-graph safe). **rows64** tiles
+# a request's H x T query rows by 64. The **small tier** swaps the matrix operands (the KV tile
+# becomes the wide operand) and tiles the query rows by 8, 16 or 32, so a request with few
+# query rows does not pay for a 64-row tile of mostly padding. The benchmark records which
+# tier served every row of ours, and where the default picked the small tier it timed the
+# same shape again with rows64 forced.
+
+# %%
+if tiers.empty:
+    display(Markdown("_This bench file records no tier per row._"))
+else:
+    small = tiers[tiers["tier"] != 0]
+    served = "; ".join(f"{t} for {', '.join(str(q) for q in sorted(g['query_rows'].unique()))} "
+                       "query rows"
+                       for t, g in tiers.groupby("tile", sort=False))
+    display(Markdown(f"Tiers that served ours in this benchmark: {served}."))
+    if not small.empty and small["rows64_us"].notna().any():
+        f = findings.tiers(tiers)
+        display(Markdown(f"Where the default picked the small tier, against rows64 forced "
+                         f"on the same shape: {f['text']}."))
+        figures.show(figures.default_vs_forced(
+            tiers, f"Default pick against rows64 forced, S = {int(small['S'].max()):,}: "
+                   "bars from zero"))
+    display(figures.table(
+        tiers[["query_rows", "T", "H", "S", "requests", "layout", "page_size", "tier", "tile",
+               "ours_us", "pct_roofline", "rows64_us", "small_gain"]],
+        {"S": "{:,}", "ours_us": "{:,.1f}", "pct_roofline": "{:.1f}", "rows64_us": "{:,.1f}",
+         "small_gain": "{:,.2f}x"},
+        "Which tier served each configuration of ours (median over the sweeps that repeat it)"))
+    display(Markdown("n/a under rows64 forced: the bench forces rows64 only where the default "
+                     "picked the small tier."))
+
+# %%
+l2 = data.l2_flush_frame(df_all)
+if not l2.empty:
+    l2_mb = bench.get("l2_bytes", 0) / 1e6
+    parts = "; ".join(f"S = {int(r['S']):,}: {r['flushed_us']:,.1f} us flushed against "
+                      f"{r['warm_us']:,.1f} us warm ({100 * (r['flushed_over_warm'] - 1):+.1f} %)"
+                      for _, r in l2.iterrows())
+    fits = ", ".join(f"{r['kv_mb']:,.1f} MB" for _, r in l2.iterrows())
+    display(Markdown(
+        "**Do warm-L2 timings flatter the short prefixes?** Every timing above repeats the call "
+        "with the L2 cache warm; at short prefixes the bytes of one call"
+        + (f" ({fits}) fit in the GPU's {l2_mb:,.1f} MB L2" if l2_mb else " may fit in L2")
+        + f". The bench timed them again with L2 flushed before every call: {parts}. For "
+        f"scale, our repeats of one configuration differ by {spread:.1%}."))
+    display(figures.table(l2[["S", "kv_mb", "warm_us", "flushed_us", "flushed_over_warm"]],
+                          {"S": "{:,}", "kv_mb": "{:,.1f}", "warm_us": "{:,.1f}",
+                           "flushed_us": "{:,.1f}", "flushed_over_warm": "{:.3f}"},
+                          "Ours with L2 warm (every other table) and with L2 flushed before "
+                          "each call (T = 8, H = 8)"))
+
+# %% [markdown]
+# <a id="micro"></a>
+# ## 8. Inside the kernel: microbenchmarks per tier
+# The microbenchmarks run each tier's own kernel with parts switched off, so what is timed is
+# the code that ships, at the centre and at neighbouring shapes, for every tier the shape
+# allows:
+# - **stream**: the kernel without its math and merge, i.e. the paged KV gather alone, as GB/s
+#   of KV bytes and as a fraction of the read ceiling measured in the same run, per L2 policy
+#   (`plain`, or the small tier's `evict_first`);
+# - **mma**: the kernel without its KV loads, i.e. the per-tile matrix work on tiles already
+#   in shared memory, as SM clocks per 16-token tile on the busiest thread block;
+# - **full**: the whole kernel, with the time of the log-sum-exp merge of the partial results
+#   (`merge`) taken out by running it once more without the merge.
+
+# %%
+if micro is None:
+    display(Markdown("_No microbenchmark file in the data directory._"))
+else:
+    mf = data.micro_frame(micro)
+    if not tiers.empty:   # the tier the benchmark's default picked at each micro shape
+        base = data.select(tiers, layout="scattered", page_size=1, batch=1)
+        picked = {(r.S, r.T, r.H): r.tier for r in base.itertuples()}
+        mf["default_tier"] = [None if (r.S, r.T, r.H) not in picked else
+                              picked[(r.S, r.T, r.H)] == r.tier for r in mf.itertuples()]
+    head = mf[(mf["S"] == data.CENTRE["S"]) & (mf["T"] == 1) & mf["fastest"]]
+    lines = []
+    for _, r in head.iterrows():
+        lines.append(f"At S = {int(r['S']):,}, T = {int(r['T'])}, H = {int(r['H'])} the fastest "
+                     f"tier is {data.tier_phrase(r['tier'])}: it streams the KV at up to "
+                     f"**{100 * r['stream_frac']:.0f} %** of the read ceiling and runs whole in "
+                     f"**{r['full_us']:,.1f} us** (merge {r['merge_us']:,.1f} us).")
+    if "default_tier" in mf:
+        judged = mf[mf["default_tier"].notna()][["S", "T", "H"]].drop_duplicates()
+        same = mf[mf["default_tier"].map(lambda v: v is True) & mf["fastest"]]
+        lines.append(f"At {len(same)} of the {len(judged)} shapes the benchmark also ran, the "
+                     "tier the default picks has the fastest full time here.")
+    display(Markdown(f"`{Path(micro['_path']).name}`, SM clock "
+                     f"{micro.get('clock_assumed_mhz'):,.0f} MHz for the clock counts. "
+                     + " ".join(lines)))
+    cols = ["S", "T", "H", "tile", "tiles_per_cta", "stream_plain_gbps", "stream_evict_gbps",
+            "stream_frac", "clk_per_tile", "full_us", "merge_us", "fastest"]
+    cols += ["default_tier"] if "default_tier" in mf else []
+    display(figures.table(
+        mf[cols].assign(stream_frac=100 * mf["stream_frac"]),
+        {"S": "{:,}", "tiles_per_cta": "{:,}", "stream_plain_gbps": "{:,.0f}", "stream_evict_gbps": "{:,.0f}",
+         "stream_frac": "{:.0f}", "clk_per_tile": "{:,.0f}", "full_us": "{:,.1f}",
+         "merge_us": "{:,.1f}"},
+        "Microbenchmarks per shape and tier: stream (no math), mma (no loads), full kernel"))
+    display(Markdown("n/a: rows64 streams with the plain L2 policy only; 'default here' is n/a "
+                     "where the benchmark did not run that shape. Clocks per tile come from the "
+                     "mma stage, with 16 KV tokens per tile."))
+    at_s = mf[mf["S"] == data.CENTRE["S"]].sort_values(["rows_per_tile", "T"])
+    figures.show(figures.time_vs(
+        at_s.assign(time_us=at_s["full_us"]), "T", "draft tokens per request, T",
+        f"Full kernel time per tier against T (S = {data.CENTRE['S']:,}, H = "
+        f"{int(at_s['H'].iloc[0])}): the lowest line is the tier to pick", hue="tile",
+        pal=figures.ordered_palette(at_s["tile"])))
+
+# %%
+ladder_docs = data.load_all(data_dir, "microbench")
+if micro is not None and len(ladder_docs) > 1:
+    ladder, files = data.micro_ladder(ladder_docs)
+    if not ladder.empty:
+        display(Markdown(
+            "**The ladder: the same shapes across the microbenchmark files**, oldest first, one "
+            "column per file named by the kernel commit it measured (full kernel, us): "
+            + "; ".join(f"`{f['file']}` (commit `{f['commit']}`, {f['date']})" for f in files)
+            + ". Only shapes and tiers every file measured are listed."))
+        display(figures.table(ladder, {"S": "{:,}", **{f["column"]: "{:,.1f}" for f in files}},
+                              "Full-kernel time of the same shape and tier at each commit, us"))
+
 # %% [markdown]
 # <a id="sglang"></a>
-# ## 7. Inside SGLang: 61 layers of attention per verify step
+# ## 9. Inside SGLang: 61 layers of attention per verify step
 # The same kernel behind SGLang's attention backend (the plugin, `MLA_VERIFY_BACKEND=flash`,
 # the candidate) against SGLang's Triton backend (the control), as timed by `kernel.gpu_run`
 # through SGLang's attention backend.
@@ -251,6 +418,115 @@ figures.table(it[["S", "H", "T", "tree", "triton_us", "plugin_us", "triton_ms_pe
                "triton_ms_per_step": "{:,.2f}", "plugin_ms_per_step": "{:,.3f}",
                "speedup": "{:,.1f}x", "rel_err_plugin_vs_triton": "{:.2e}"},
               "SGLang integration: per-layer times (us) and per-step times (ms, all layers)")
+
+# %% [markdown]
+# <a id="backend"></a>
+# ## 10. Through SGLang's real backend, in CUDA graphs
+# SGLang's own `TritonAttnBackend` on CUDA with the plugin installed through its real hook
+# (`load_plugins()`, then the backend class SGLang builds), SGLang's CUDA-graph state around
+# a graph of every layer's `forward_extend`, captured once and replayed with new sequence
+# lengths and a new draft tree, as a scheduler process runs it. Each replay is checked against
+# the float64 oracle and, where SGLang's own path is affordable, against the control arm's
+# graph; plus the adaptive-draft-length sequence and one replay under compute-sanitizer's
+# memcheck.
+
+# %%
+if backend is None:
+    display(Markdown("_No sglang-backend file in the data directory: "
+                     "`python -m kernel.gpu_run` writes one with its sglang-backend stage._"))
+else:
+    bs = data.backend_summary(backend)
+    bf = data.backend_frame(backend)
+    fb = next(f for f in found if f["id"] == "backend")
+    not_bitwise = bf[bf["bitwise"].map(lambda v: v is False)]  # None: no graph in the case
+    eager = (f"The graph replay is bit-identical to eager execution in {bs['bitwise']} of "
+             f"{bs['graph_cases']} graph cases"
+             + ("" if not_bitwise.empty else
+                "; " + ", ".join(f"`{r['case']}` differs by {r['graph_vs_eager']:.2g}"
+                                 for _, r in not_bitwise.iterrows())
+                + f" (relative, inside the tolerance {bs['tol']:g})") + ".")
+    display(Markdown(
+        f"**{fb['text'][0].upper() + fb['text'][1:]}.** SGLang {bs['sglang']}, Triton "
+        f"{bs['triton']}; a case passes when every error is below {bs['tol']:g} and every "
+        f"output is finite. {eager}"))
+    display(figures.table(
+        bf[["case", "covers", "pass", "oracle_err", "control_err", "graph_vs_eager", "bitwise",
+            "flash_replay_ms", "control_replay_ms", "replay_speedup"]],
+        {"oracle_err": "{:.2e}", "control_err": "{:.2e}", "graph_vs_eager": "{:.2e}",
+         "flash_replay_ms": "{:,.2f}", "control_replay_ms": "{:,.2f}",
+         "replay_speedup": "{:,.1f}x"},
+        f"SGLang's real backend: every case, its largest errors, and the {bs['layers']}-layer "
+        "graph's replay time per arm (candidate = the plugin, control = SGLang's Triton path)",
+        text=("covers",)))
+    display(Markdown("n/a: the case has no such comparison (the control arm runs only where "
+                     "SGLang's path is affordable; the adaptive and memcheck cases are not "
+                     "timed)."))
+
+# %% [markdown]
+# <a id="sm120"></a>
+# ## 11. The production GPU, sm_120: an ESTIMATE from a model, not a measurement
+# The kernel is compiled for sm_120 (RTX PRO 6000 Blackwell) in every run, but **it has never
+# run on one**: every measurement on this page is from the GPU named at the top. What follows
+# is a model: it takes each tier's H200 microbenchmarks (stream efficiency, clocks per tile,
+# merge time) and budgets assumed for sm_120, and gives a time per layer per tier. It says
+# which tier a canary on sm_120 should try first; it proves nothing.
+
+# %%
+if est.empty:
+    display(Markdown("_No sm_120 estimate in the data directory (the microbench file carries "
+                     "it)._"))
+else:
+    a = micro["sm120_estimate"]
+    assumed = ", ".join(f"{v:,g} {glossary.SM120_ASSUMPTIONS[k]}"
+                        if k in glossary.SM120_ASSUMPTIONS else f"{k} = {v}"
+                        for k, v in a.get("assumptions", {}).items())
+    lines = [f"Model: {a.get('model', 'unnamed')}; assumptions: {assumed}."]
+    if centre_est is not None:
+        lines.append(
+            f"At the centre (S = {int(centre_est['S']):,}, T = {int(centre_est['T'])}, H = "
+            f"{int(centre_est['H'])}, at the tier the default picks: "
+            f"{data.tier_phrase(centre_est['tier'])}): "
+            f"**estimate {centre_est['sm120_estimate_us']:,.1f} us** per layer on sm_120 "
+            f"(model), against **{centre_est['h200_us']:,.1f} us measured** on the H200; the "
+            f"model's floor there is {centre_est['sm120_floor_us']:,.1f} us.")
+    if micro is not None:
+        h200_best = data.micro_frame(micro).query("fastest")[["S", "T", "H", "tier"]]
+        low = est[est["lowest_estimate"]][["S", "T", "H", "tier"]]
+        both = h200_best.merge(low, on=["S", "T", "H"], suffixes=("_h200", "_model"))
+        differ = both[both["tier_h200"] != both["tier_model"]]
+        if not differ.empty:
+            lines.append(
+                f"At {len(differ)} of {len(both)} shapes the model's lowest estimate is a "
+                "different tier from the H200's fastest: "
+                + "; ".join(f"S = {int(r.S):,}, T = {int(r.T)}: {data.tier_name(r.tier_model)} "
+                            f"on the model, {data.tier_name(r.tier_h200)} measured on the H200"
+                            for r in differ.itertuples())
+                + ". That is a question for a canary on sm_120, not an answer.")
+    display(Markdown(" ".join(lines)))
+    display(figures.table(
+        est[["S", "T", "H", "tile", "h200_us", "sm120_estimate_us", "sm120_memory_us",
+             "sm120_math_us", "sm120_floor_us", "bound", "lowest_estimate"]],
+        {"S": "{:,}", "h200_us": "{:,.1f}", "sm120_estimate_us": "{:,.1f}",
+         "sm120_memory_us": "{:,.1f}", "sm120_math_us": "{:,.1f}", "sm120_floor_us": "{:,.1f}"},
+        "sm_120 ESTIMATE per shape and tier (a model, not a measurement), next to the H200's "
+        "measured full-kernel time"))
+
+# %%
+res = data.resources_frame(bench, provenance.PRODUCTION_ARCH)
+if not res.empty:
+    spills = int(res["spill_stores"].sum() + res["spill_loads"].sum())
+    display(Markdown(
+        f"**What the sm_120 build uses per tier** (ptxas' resource report in "
+        f"`{Path(bench['_path']).name}`; compiled, not run): up to "
+        f"{int(res['registers'].max())} registers per thread, "
+        + ("no spills" if spills == 0 else f"**{spills} bytes of spills**")
+        + ", no stack" * bool((res["stack"] == 0).all())
+        + ". The dynamic shared memory each tier asks for at launch is not in the build record, "
+        "so it is not shown."))
+    display(figures.table(res, {"smem_static": "{:,}"},
+                          f"Registers, spills and static shared memory of our two kernels per "
+                          f"variant on {provenance.PRODUCTION_ARCH}, with the registers on the "
+                          "measured arch beside them"))
 
 # %%
 provenance.write_record(record_path, "Phase 2: paged bf16 MLA tree-verify attention", docs,

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from .glossary import IMPL_LABELS
+from .glossary import IMPL_LABELS, VARIANT_LABELS
 
 PROVENANCE_KEYS = ("gpu", "sms", "driver", "cuda", "torch", "commit", "date")
 LAYERS = 61  # Kimi-K2 / DeepSeek-V3 decoder layers, each with one MLA attention
@@ -23,6 +24,10 @@ CONFIG_KEYS = ("sweep", "S", "prefix", "T", "H", "layout", "page_size", "batch")
 # so its CUDA grid is batch x heads x ceil(T / 32): the "8 thread blocks" of the baseline.
 EXTEND_BLOCK_M = 32
 OURS, BASELINE, SPLIT_KV, NAIVE = "flash", "sglang_extend", "sglang_verify_mla", "torch_naive"
+# Kernel tier id (bench rows' "tier", micro rows, the validation's by_tier) -> query rows per
+# tile: 0 is rows64, 1/2/4 the small tier (operands swapped). kernel/ops.py TIERS; a test holds
+# this copy to it and to the rows_per_tile the micro and validation files record.
+TIER_ROWS = {0: 64, 1: 8, 2: 16, 4: 32}
 BENCH_COLUMNS = ("sweep", "S", "prefix_lens", "T", "H", "layout", "page_size", "batch", "impl",
                  "time_us", "bytes", "flops", "GBps", "TFLOPs", "roofline_us", "frac_roofline")
 
@@ -39,8 +44,9 @@ KINDS = {
     "validation": "float64-oracle validation cases (phase 2)",
     "bench": "benchmark sweeps and both ceilings (phases 0-2, the emulator's speed model)",
     "sglang-integration": "61-layer verify step inside SGLang's attention backend (phase 2)",
-    "microbench": "kernel microbenchmarks (not analysed by any report yet)",
-    "sglang-backend": "SGLang real-backend GPU run (not analysed by any report yet)",
+    "microbench": "kernel microbenchmarks per tier and the sm_120 estimate (phase 2)",
+    "sglang-backend": "SGLang's real TritonAttnBackend with the plugin, CUDA graphs, memcheck "
+                      "(phase 2)",
     "rollout-ab": "canary A/B results written by the rollout tool",
 }
 
@@ -138,9 +144,21 @@ def not_shown(data_dir: str | Path, shown: list[dict]) -> list[dict]:
             for k, (f, d) in sorted(newest_of.items())]
 
 
-def bench_frame(doc: dict) -> pd.DataFrame:
-    """One row per (configuration, impl) with 'label' and 'intensity' (FLOP/B) added."""
-    rows = doc.get("rows") or []
+def newest_or_none(data_dir: str | Path, kind: str, *, allow_fixture: bool = False) -> dict | None:
+    """newest(), or None when the data directory holds no file of this kind (for kinds a page
+    shows when present: an older gpu_run, or one with fewer --stages, did not write them)."""
+    if not load_all(data_dir, kind):
+        return None
+    return newest(data_dir, kind, allow_fixture=allow_fixture)
+
+
+def bench_frame(doc: dict, *, variants: bool = False) -> pd.DataFrame:
+    """One row per (configuration, impl) with 'label' and 'intensity' (FLOP/B) added.
+
+    Rows of our kernel's variants (glossary.VARIANTS: a forced tier, a flushed L2) are left
+    out unless variants=True, so no comparison, figure or median mixes them into `flash`.
+    """
+    rows = [r for r in doc.get("rows") or [] if variants or r.get("impl") not in VARIANT_LABELS]
     if not rows:
         raise MeasurementError(f"{doc['_path']}: bench has no 'rows'")
     df = pd.DataFrame(rows)
@@ -151,7 +169,7 @@ def bench_frame(doc: dict) -> pd.DataFrame:
         if k not in doc.get("ceilings", {}):
             raise MeasurementError(f"{doc['_path']}: 'ceilings' lacks {k!r}")
     df["prefix"] = df["prefix_lens"].map(lambda p: ",".join(str(int(x)) for x in p))
-    df["label"] = df["impl"].map(lambda i: IMPL_LABELS.get(i, i))
+    df["label"] = df["impl"].map(lambda i: IMPL_LABELS.get(i) or VARIANT_LABELS.get(i, i))
     df["intensity"] = df["flops"] / df["bytes"]
     return df
 
@@ -247,6 +265,16 @@ def validation_groups(doc: dict) -> pd.DataFrame:
     return g
 
 
+def validation_tiers(doc: dict) -> pd.DataFrame:
+    """The validation's checks per kernel tier ('by_tier': every case runs at its default tier
+    and again at the others its shape allows); empty for a file without it."""
+    by = doc.get("by_tier") or {}
+    rows = [{"tier": int(t), "tile": tier_name(int(t)), "checks": int(v["checks"]),
+             "failing": int(v["failing"]), "worst_rel_err": float(v["worst_rel_err"])}
+            for t, v in by.items()]
+    return pd.DataFrame(rows).sort_values("tier").reset_index(drop=True) if rows else pd.DataFrame()
+
+
 def integration_frame(doc: dict) -> pd.DataFrame:
     """SGLang-integration cases with the per-step speed-up triton_ms / plugin_ms added."""
     cases = doc.get("cases") or []
@@ -263,6 +291,302 @@ def integration_headline(it: pd.DataFrame) -> pd.Series:
     big = it[it["S"] == it["S"].max()]
     at_t = big[big["T"] == CENTRE["T"]]
     return (at_t if not at_t.empty else big.sort_values("T")).iloc[0]
+
+
+# ---- kernel tiers: bench rows' "tier", the forced-rows64 and L2-flushed variants ----
+SHAPE_KEYS = ("S", "prefix", "T", "H", "layout", "page_size", "batch")
+ROWS64, L2FLUSHED = "flash_rows64", "flash_l2flushed"
+
+
+def tier_name(tier) -> str:
+    """A tier id as a reader reads it: 'rows64 (64-row tiles)', 'small (8-row tiles)'."""
+    t = int(tier)
+    if t not in TIER_ROWS:
+        return f"tier {t} (not in notebooks.data.TIER_ROWS)"
+    return f"{'rows64' if t == 0 else 'small'} ({TIER_ROWS[t]}-row tiles)"
+
+
+def tier_phrase(tier) -> str:
+    """A tier inside a sentence: 'rows64' or 'the small tier, 8-row tiles'."""
+    t = int(tier)
+    return "rows64" if t == 0 else f"the small tier, {TIER_ROWS.get(t, '?')}-row tiles"
+
+
+def tier_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Which tier served each configuration of ours (one row per configuration and tier,
+    median over the sweeps that repeat it), with the 64-row tier forced beside it where the
+    bench measured that (ROWS64): small_gain = rows64 time / default time.
+
+    df is bench_frame(doc, variants=True); empty when the bench rows carry no 'tier'.
+    """
+    if "tier" not in df:
+        return pd.DataFrame()
+    ours = df[(df["impl"] == OURS) & df["tier"].notna()]
+    if ours.empty:
+        return pd.DataFrame()
+    keys = list(SHAPE_KEYS)
+    g = ours.groupby(keys + ["tier"], as_index=False).agg(
+        ours_us=("time_us", "median"), frac=("frac_roofline", "median"))
+    forced = (df[df["impl"] == ROWS64].groupby(keys, as_index=False)["time_us"].median()
+              .rename(columns={"time_us": "rows64_us"}))
+    g = g.merge(forced, on=keys, how="left")
+    g["tier"] = g["tier"].astype(int)
+    g["tile"] = g["tier"].map(tier_name)
+    g["query_rows"] = g["H"] * g["T"]
+    g["requests"] = g["batch"]
+    g["pct_roofline"] = 100 * g["frac"]
+    g["small_gain"] = g["rows64_us"] / g["ours_us"]
+    return g.sort_values(["query_rows", "S", "batch", "layout", "page_size"]).reset_index(drop=True)
+
+
+def centre_tier(tab: pd.DataFrame) -> int | None:
+    """The tier that served the centre configuration (data.tier_frame), None if unrecorded."""
+    if tab.empty:
+        return None
+    at = select(tab, **{k: v for k, v in CENTRE.items()})
+    return int(at["tier"].iloc[0]) if not at.empty else None
+
+
+def l2_flush_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Ours with the L2 warm (the default timing) against L2 flushed before every call
+    (L2FLUSHED), per configuration the bench flushed; df is bench_frame(doc, variants=True)."""
+    keys = list(SHAPE_KEYS)
+    fl = df[df["impl"] == L2FLUSHED]
+    if fl.empty:
+        return pd.DataFrame()
+    fl = fl.groupby(keys, as_index=False).agg(flushed_us=("time_us", "median"),
+                                                kv_bytes=("bytes", "first"))
+    warm = (df[df["impl"] == OURS].groupby(keys, as_index=False)["time_us"].median()
+            .rename(columns={"time_us": "warm_us"}))
+    out = fl.merge(warm, on=keys, how="inner").sort_values("S")
+    out["kv_mb"] = out["kv_bytes"] / 1e6
+    out["flushed_over_warm"] = out["flushed_us"] / out["warm_us"]
+    return out.reset_index(drop=True)
+
+
+# ---- microbenchmarks (kernel/bench/micro.py): stream, mma, full per (S, T, H, tier) ----
+MICRO_KEYS = ["S", "T", "H", "tier"]
+
+
+def _micro_rows(doc: dict) -> pd.DataFrame:
+    rows = doc.get("rows") or []
+    if not rows:
+        raise MeasurementError(f"{doc['_path']}: microbench has no 'rows'")
+    df = pd.DataFrame(rows)
+    missing = [c for c in MICRO_KEYS + ["stage", "time_us", "rows_per_tile"] if c not in df]
+    if missing:
+        raise MeasurementError(f"{doc['_path']}: microbench rows lack columns {missing}")
+    return df
+
+
+def micro_frame(doc: dict) -> pd.DataFrame:
+    """One row per (S, T, H, tier) of a microbench file: the stream stage's GB/s per L2 option
+    and its best fraction of the read ceiling, the mma stage's SM clocks per 16-token tile, the
+    full kernel's time and its merge's share. A stage the file did not run reads NaN."""
+    df = _micro_rows(doc)
+    out = df.groupby(MICRO_KEYS, as_index=False).agg(rows_per_tile=("rows_per_tile", "first"),
+                                                     tiles_per_cta=("tiles_per_cta", "first"))
+
+    def add(part: pd.DataFrame, col: str, name: str, how: str = "median") -> None:
+        nonlocal out
+        val = (part.groupby(MICRO_KEYS)[col].agg(how).rename(name).reset_index()
+               if not part.empty and col in part else pd.DataFrame(columns=MICRO_KEYS + [name]))
+        out = out.merge(val, on=MICRO_KEYS, how="left")
+
+    stream = df[df["stage"] == "stream"]
+    opt = stream["option"] if "option" in stream else pd.Series(dtype=object)
+    add(stream[opt == "plain"], "GBps", "stream_plain_gbps")
+    add(stream[opt == "evict_first"], "GBps", "stream_evict_gbps")
+    add(stream, "frac_read_ceiling", "stream_frac", "max")
+    add(df[df["stage"] == "mma"], "clk_per_tile", "clk_per_tile")
+    full = df[df["stage"] == "full"]
+    add(full, "time_us", "full_us")
+    add(full, "merge_us", "merge_us")
+    out["tier"] = out["tier"].astype(int)
+    out["tile"] = out["tier"].map(tier_name)
+    fastest = out.loc[out.groupby(["S", "T", "H"])["full_us"].idxmin().dropna()]
+    best = {(r.S, r.T, r.H): r.tier for r in fastest.itertuples()}
+    out["fastest"] = [best.get((r.S, r.T, r.H)) == r.tier for r in out.itertuples()]
+    return out.sort_values(["S", "T", "H", "tier"], ascending=[False, True, True, False]
+                           ).reset_index(drop=True)
+
+
+def micro_ladder(docs: list[dict]) -> tuple[pd.DataFrame, list[dict]]:
+    """The full-kernel time of every (S, T, H, tier) that every given microbench file measured,
+    one column per file, oldest first, named by its commit and time; and per file
+    {"column", "file", "commit", "date"} for the caption."""
+    docs = sorted(docs, key=lambda d: d["_date"])
+    cols, files = [], []
+    for d in docs:
+        f = _micro_rows(d)
+        name = f"{str(d['commit'])[:12]} ({d['_date']:%m-%d %H:%M})"
+        cols.append(f[f["stage"] == "full"].groupby(MICRO_KEYS)["time_us"].median().rename(name))
+        files.append({"column": name, "file": Path(d["_path"]).name, "commit": d["commit"],
+                      "date": d["date"]})
+    if not cols:
+        return pd.DataFrame(), files
+    wide = pd.concat(cols, axis=1, join="inner").reset_index()
+    wide["tier"] = wide["tier"].astype(int)
+    wide.insert(4, "tile", wide["tier"].map(tier_name))
+    return (wide.sort_values(["S", "T", "H", "tier"], ascending=[False, True, True, False])
+            .reset_index(drop=True), files)
+
+
+SM120_COLUMNS = ("S", "T", "H", "tier", "h200_us", "sm120_estimate_us", "sm120_memory_us",
+                 "sm120_math_us", "sm120_floor_us", "bound")
+
+
+def sm120_frame(doc: dict) -> pd.DataFrame:
+    """The microbench file's sm_120 estimate rows (a MODEL built from H200 microbenchmarks and
+    assumed sm_120 budgets, not a measurement); empty when the file carries none."""
+    rows = (doc.get("sm120_estimate") or {}).get("rows") or []
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    missing = [c for c in SM120_COLUMNS if c not in df]
+    if missing:
+        raise MeasurementError(f"{doc['_path']}: sm120_estimate rows lack columns {missing}")
+    df["tier"] = df["tier"].astype(int)
+    df["tile"] = df["tier"].map(tier_name)
+    low = df.loc[df.groupby(["S", "T", "H"])["sm120_estimate_us"].idxmin()]
+    best = {(r.S, r.T, r.H): r.tier for r in low.itertuples()}
+    df["lowest_estimate"] = [best[(r.S, r.T, r.H)] == r.tier for r in df.itertuples()]
+    return df.sort_values(["S", "T", "H", "tier"], ascending=[False, True, True, False]
+                          ).reset_index(drop=True)
+
+
+def estimate_at(est: pd.DataFrame, tier: int | None, S: int = CENTRE["S"], T: int = CENTRE["T"],
+                H: int = CENTRE["H"]) -> dict | None:
+    """The sm_120 estimate row (a model) for one shape and tier, as a dict; None if absent."""
+    if est.empty or tier is None:
+        return None
+    at = select(est, S=S, T=T, H=H, tier=tier)
+    return at.iloc[0].to_dict() if not at.empty else None
+
+
+def _variant_tier(variant: str) -> str:
+    """The build record's variant name as a tile: small_nt4 -> small (32-row tiles), rows64,
+    combine_r32 -> merge of 32-row tiles."""
+    m = re.fullmatch(r"small_nt(\d+)", variant)
+    if m:
+        return tier_name(int(m.group(1)))
+    if variant == "rows64":
+        return tier_name(0)
+    m = re.fullmatch(r"combine_r(\d+)", variant)
+    return f"merge of {m.group(1)}-row tiles" if m else variant
+
+
+def resources_frame(doc: dict, arch: str, beside: str = "sm_90") -> pd.DataFrame:
+    """The bench file's build record ('resources') for our two kernels on `arch`: registers,
+    spills, stack and static shared memory per variant (tier), with the registers on `beside`
+    (the measured arch) next to them. The dynamic shared memory a tier asks for at launch is
+    not in the record, so it is not here. Empty without a record for `arch`."""
+    res = pd.DataFrame(doc.get("resources") or [])
+    if res.empty or "arch" not in res or "variant" not in res:
+        return pd.DataFrame()
+    ours = res[res["kernel"].str.startswith("mla_verify")]
+    on = ours[ours["arch"] == arch].copy()
+    if on.empty:
+        return on
+    other = (ours[ours["arch"] == beside].set_index(["kernel", "variant"])["registers"]
+             .rename("registers_sm90"))
+    on = on.join(other, on=["kernel", "variant"])
+    on["tile"] = on["variant"].map(_variant_tier)
+    return on[["kernel", "variant", "tile", "registers", "registers_sm90", "spill_stores",
+               "spill_loads", "stack", "smem_static"]].reset_index(drop=True)
+
+
+# ---- SGLang's real backend (kernel/sglang/backend_check.py) ----
+ERRORS_RE = re.compile(r"ERROR SUMMARY: (\d+) error")
+
+
+def _span(values) -> str:
+    v = [int(x) for x in values or []]
+    if not v:
+        return "none"
+    lo, hi = min(v), max(v)
+    return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+
+
+def _graph_covers(c: dict) -> str:
+    ctl = "; against the control arm too" if c.get("control") else ""
+    def reqs(n: int) -> str:
+        return f"{n} request{'' if n == 1 else 's'}"
+    return (f"{c['layers']} layers, H = {c['heads']}, T = {c['draft']}, page {c['page']}: graph "
+            f"for batch {c['graph_bs']} captured with {reqs(c['capture_bs'])} (S "
+            f"{_span(c['capture'])}, tree {c['tree']}), replayed with {reqs(c['replay_bs'])} (S "
+            f"{_span(c['replay'])}, tree {c['replay_tree']}){ctl}")
+
+
+def sanitizer_errors(c: dict) -> int | None:
+    """The error count compute-sanitizer printed for a sanitizer case, None if unreadable."""
+    m = ERRORS_RE.search(str(c.get("summary") or ""))
+    return int(m.group(1)) if m else None
+
+
+def backend_frame(doc: dict) -> pd.DataFrame:
+    """One row per case of an sglang-backend file: what it covers, pass, its errors against
+    the float64 oracle, its graph replay against eager and against the control arm, and the
+    61-layer graph's replay time on each arm (ms)."""
+    cases = doc.get("cases") or []
+    if not cases:
+        raise MeasurementError(f"{doc['_path']}: sglang-backend has no 'cases'")
+    out = []
+    for c in cases:
+        kind = c.get("kind")
+        row = {"case": c.get("name", "?"), "pass": bool(c.get("pass"))}
+        g = c.get("case") if kind == "sanitizer" else c
+        if kind == "graph" or (kind == "sanitizer" and isinstance(g, dict)):
+            row.update(
+                oracle_err=max(g["rel_err_oracle_capture"], g["rel_err_oracle_replay"]),
+                graph_vs_eager=g["rel_err_graph_vs_eager"], bitwise=bool(g["graph_equals_eager"]),
+                control_err=g.get("rel_err_vs_control"))
+        if kind == "graph":
+            row.update(covers=_graph_covers(c), flash_replay_ms=c.get("flash_replay_ms"),
+                       control_replay_ms=c.get("control_replay_ms"))
+        elif kind == "adaptive":
+            row.update(covers="adaptive draft length: a backend for more draft tokens built after "
+                       "a graph was captured must not free the LSE scratch that graph writes "
+                       f"(scratch sentinel intact: {'yes' if c.get('sentinel_intact') else 'NO'})",
+                       oracle_err=c.get("rel_err_oracle"))
+        elif kind == "sanitizer":
+            n = sanitizer_errors(c)
+            what = _graph_covers(g) if isinstance(g, dict) else "one capture and replay"
+            row.update(covers=f"compute-sanitizer memcheck of {what}: "
+                       f"{'errors unreadable' if n is None else f'{n} errors'}")
+        else:
+            row.update(covers=f"kind {kind!r}")
+        out.append(row)
+    df = pd.DataFrame(out)
+    for col in ("oracle_err", "graph_vs_eager", "bitwise", "control_err", "flash_replay_ms",
+                "control_replay_ms"):
+        if col not in df:
+            df[col] = None
+    df["replay_speedup"] = (pd.to_numeric(df["control_replay_ms"], errors="coerce")
+                            / pd.to_numeric(df["flash_replay_ms"], errors="coerce"))
+    return df
+
+
+def backend_summary(doc: dict) -> dict:
+    """Headline of an sglang-backend file: cases passing, memcheck outcome, worst errors."""
+    df = backend_frame(doc)
+    san = [c for c in doc["cases"] if c.get("kind") == "sanitizer"]
+    errors = [sanitizer_errors(c) for c in san]
+    graph = [c for c in doc["cases"] if c.get("kind") == "graph"]
+    return {
+        "n_cases": len(df), "n_pass": int(df["pass"].sum()),
+        "all_pass": bool(doc.get("all_pass")) and bool(df["pass"].all()),
+        "memcheck_ran": bool(san),
+        "memcheck_clean": bool(san) and all(e == 0 for e in errors)
+        and all(c.get("returncode") == 0 and c.get("pass") for c in san),
+        "memcheck_errors": errors,
+        "graph_cases": len(graph), "bitwise": sum(bool(c.get("graph_equals_eager")) for c in graph),
+        "max_oracle_err": float(pd.to_numeric(df["oracle_err"], errors="coerce").max()),
+        "max_control_err": float(pd.to_numeric(df["control_err"], errors="coerce").max()),
+        "max_graph_vs_eager": float(pd.to_numeric(df["graph_vs_eager"], errors="coerce").max()),
+        "layers": doc.get("layers"), "sglang": doc.get("sglang_version"),
+        "triton": doc.get("triton_version"), "tol": doc.get("tol"),
+    }
 
 
 def fmt_us(us: float) -> str:

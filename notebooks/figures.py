@@ -204,11 +204,20 @@ def speedup_vs(df: pd.DataFrame, x: str, xlabel: str, title: str) -> plt.Figure:
     return fig
 
 
-def time_vs(df: pd.DataFrame, x: str, xlabel: str, title: str, hue: str = "label") -> plt.Figure:
+def ordered_palette(labels, name: str = "viridis") -> dict:
+    """{label: colour} from a sequential palette in the order given (e.g. tiers by tile size),
+    so no series borrows the colour an implementation has in the other figures."""
+    labels = list(dict.fromkeys(labels))
+    return dict(zip(labels, sns.color_palette(name, len(labels))))
+
+
+def time_vs(df: pd.DataFrame, x: str, xlabel: str, title: str, hue: str = "label",
+            pal: dict | None = None) -> plt.Figure:
     """Time per layer against a swept variable (T, H, batch, page size), one series per hue:
-    lines over three or more measured values, grouped bars over fewer."""
+    lines over three or more measured values, grouped bars over fewer. pal: {hue value:
+    colour}; default the implementations' fixed colours (hue 'label') or colorblind."""
     fig, ax = plt.subplots()
-    pal = palette(df[hue]) if hue == "label" else "colorblind"
+    pal = pal or (palette(df[hue]) if hue == "label" else "colorblind")
     ticks = sorted(df[x].unique())
     if len(ticks) < 3:
         med = df.groupby([x, hue], as_index=False, sort=False)["time_us"].median()
@@ -218,7 +227,15 @@ def time_vs(df: pd.DataFrame, x: str, xlabel: str, title: str, hue: str = "label
         _label_bars(ax, "{:,.1f}")
         ax.set_xlabel(xlabel)
     else:
-        sns.lineplot(df, x=x, y="time_us", hue=hue, palette=pal, marker="o", ax=ax)
+        # a series measured at fewer than three x values is drawn as points, never a line
+        n_x = df.groupby(hue)[x].transform("nunique")
+        lines, points = df[n_x >= 3], df[n_x < 3]
+        if isinstance(pal, str):
+            pal = dict(zip(dict.fromkeys(df[hue]), sns.color_palette(pal)))
+        sns.lineplot(lines, x=x, y="time_us", hue=hue, palette=pal, marker="o", ax=ax)
+        if not points.empty:
+            sns.scatterplot(points, x=x, y="time_us", hue=hue, palette=pal, s=45, ax=ax,
+                            legend=lines.empty)
         if spans_decades(df[x], 1.0):
             log_axis(ax, "x", df[x], xlabel)
         else:
@@ -228,6 +245,26 @@ def time_vs(df: pd.DataFrame, x: str, xlabel: str, title: str, hue: str = "label
             ax.xaxis.set_minor_formatter(NullFormatter())
     _y_axis(ax, df["time_us"], "time per layer, us")
     ax.set_title(title)
+    _legend(fig, ax)
+    return fig
+
+
+def default_vs_forced(tab: pd.DataFrame, title: str) -> plt.Figure:
+    """Kernel tiers: for each shape where the bench timed both, our default pick against the
+    64-row tier forced (data.tier_frame rows); bars from zero, one group per shape, the
+    default's tile named under its group."""
+    rows = tab[tab["rows64_us"].notna()]
+    case = [f"T = {int(r.T)}, H = {int(r.H)}: {int(r.query_rows)} query rows\ndefault: {r.tile}"
+            for r in rows.itertuples()]
+    arms = ("default pick", "rows64 forced (64-row tiles)")
+    long = pd.concat([pd.DataFrame({"case": case, "us": rows[col].to_numpy(), "arm": arm})
+                      for arm, col in zip(arms, ("ours_us", "rows64_us"))])
+    pal = dict(zip(arms, (_FIXED[IMPL_LABELS["flash"]], "0.6")))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    sns.barplot(long, x="case", y="us", hue="arm", palette=pal, ax=ax, errorbar=None)
+    _label_bars(ax, "{:,.1f}")
+    ax.set(xlabel="", title=title)
+    linear_y(ax, "time per layer, us")
     _legend(fig, ax)
     return fig
 
@@ -277,9 +314,18 @@ def tokens_per_s(per_round: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
-def table(df: pd.DataFrame, fmt: dict | None = None, caption: str = ""):
+def _is_flag(col: pd.Series) -> bool:
+    """True for a column of booleans, possibly with gaps (None/NaN: not applicable)."""
+    vals = col.dropna()
+    return col.dtype == bool or (not vals.empty and all(isinstance(v, (bool, np.bool_))
+                                                        for v in vals))
+
+
+def table(df: pd.DataFrame, fmt: dict | None = None, caption: str = "", *,
+          text: tuple[str, ...] = (), nowrap: tuple[str, ...] = ("tile",)):
     """A frame as a report table: no index column, readable headers (glossary.COLUMNS),
-    numbers formatted per column (fmt keys may use either name).
+    numbers formatted per column (fmt keys may use either name); `text` columns (prose)
+    left-aligned, `nowrap` columns on one line (either name).
 
     The Styler's id is a hash of the table, not a random uuid, so an unchanged render is
     byte-identical. A snake_case header left unexplained is an error, not a report.
@@ -291,10 +337,14 @@ def table(df: pd.DataFrame, fmt: dict | None = None, caption: str = ""):
         raise ValueError(f"table {caption!r}: columns {raw} need a readable name in "
                          "notebooks.glossary.COLUMNS")
     for c in df.columns:   # True/False read as code; a reviewer reads yes/no
-        if df[c].dtype == bool:
-            df[c] = df[c].map({True: "yes", False: "no"})
+        if _is_flag(df[c]):
+            df[c] = df[c].map(lambda v: None if v is None or v != v else "yes" if v else "no")
     uid = hashlib.sha1((caption + df.to_csv()).encode()).hexdigest()[:10]
     sty = df.style.hide(axis="index").format(fmt, na_rep="n/a").set_uuid(uid)
+    for names, css in ((text, "text-align: left"), (nowrap, "white-space: nowrap")):
+        cols = [c for c in df.columns if c in {COLUMNS.get(n, n) for n in names}]
+        if cols:
+            sty = sty.set_properties(subset=cols, **dict([css.split(": ")]))
     return sty.set_caption(caption) if caption else sty
 
 

@@ -24,8 +24,10 @@ def finding(id: str, check: str, text: str, status: str, anchor: str) -> dict:
     return {"id": id, "check": check, "text": text, "status": status, "anchor": anchor}
 
 
-def production(docs: list[dict]) -> dict:
-    """Whether the production GPU ran any of these files, and what was built for it."""
+def production(docs: list[dict], estimate: dict | None = None) -> dict:
+    """Whether the production GPU ran any of these files, and what was built for it; with
+    `estimate` (a row of the microbench file's sm_120 model, as data.sm120_frame gives it), the
+    model's time for it, labelled an estimate, next to the H200's measured time."""
     lim = evidence_limits(docs)
     gpus = ", ".join(lim["gpus"])
     if lim["production_ran"]:
@@ -34,9 +36,50 @@ def production(docs: list[dict]) -> dict:
     b = lim["production_build"]
     built = (f"compiled for it ({b['registers']} registers, {b['spills']} bytes spilled)"
              if b else "compiled for it")
+    text = f"{built}, never run on it: all data from {gpus}"
+    anchor = "evidence"
+    if estimate is not None:
+        text += (f"; ESTIMATE (a model, not a measurement): {estimate['sm120_estimate_us']:,.1f} "
+                 f"us per layer there at S = {int(estimate['S']):,}, T = {int(estimate['T'])}, "
+                 f"H = {int(estimate['H'])} ({data.tier_phrase(estimate['tier'])}), against "
+                 f"{estimate['h200_us']:,.1f} us measured on the H200")
+        anchor = "sm120"
     return finding("production", f"run on the production GPU ({PRODUCTION_ARCH}, "
-                   f"{PRODUCTION_NAME})", f"{built}, never run on it: all data from {gpus}",
-                   "open", "evidence")
+                   f"{PRODUCTION_NAME})", text, "open", anchor)
+
+
+def tiers(tab) -> dict | None:
+    """The small tier against rows64 where the default picked it and the bench also timed
+    rows64 forced (data.tier_frame); None when the bench has no such pair."""
+    pairs = tab[tab["rows64_us"].notna() & (tab["tier"] != 0)] if not tab.empty else tab
+    if pairs.empty:
+        return None
+    parts = [f"T = {int(r['T'])}, H = {int(r['H'])} ({int(r['query_rows'])} query rows, "
+             f"{data.TIER_ROWS[int(r['tier'])]}-row tiles): {r['ours_us']:,.1f} us against "
+             f"{r['rows64_us']:,.1f} us with rows64 forced ({r['small_gain']:,.2f}x)"
+             for _, r in pairs.iterrows()]
+    ok = bool((pairs["small_gain"] > 1).all())
+    return finding("tiers", "small tier faster than rows64 where the default picks it",
+                   f"at S = {int(pairs['S'].max()):,}: " + "; ".join(parts),
+                   "pass" if ok else "fail", "tiers")
+
+
+def backend(doc: dict | None) -> dict:
+    """SGLang's real TritonAttnBackend with the plugin, in CUDA graphs, and memcheck."""
+    check = "inside SGLang's own backend and CUDA graphs"
+    if doc is None:
+        return finding("backend", check, "no sglang-backend measurement in the data directory",
+                       "open", "backend")
+    s = data.backend_summary(doc)
+    mem = ("memcheck clean" if s["memcheck_clean"] else
+           "memcheck NOT clean" if s["memcheck_ran"] else "memcheck not run")
+    text = (f"through SGLang's real backend: {s['n_pass']}/{s['n_cases']} pass, {mem} (SGLang "
+            f"{s['sglang']}'s TritonAttnBackend with the plugin through its hook, {s['layers']} "
+            f"layers captured in CUDA graphs and replayed with new lengths; largest error "
+            f"{s['max_oracle_err']:.2g} against the float64 oracle, {s['max_control_err']:.2g} "
+            "against SGLang's own path)")
+    ok = s["all_pass"] and s["memcheck_clean"]
+    return finding("backend", check, text, "pass" if ok else "fail", "backend")
 
 
 def correctness(val: dict) -> dict:
@@ -47,8 +90,13 @@ def correctness(val: dict) -> dict:
             + ("NaN poison: no NaN output, no unwritten row" if clean else
                f"NaN poison: {v['nan_cases']} cases with NaN, "
                f"{v['unwritten_total']} unwritten rows"))
-    return finding("correctness", "correct", text, "pass" if v["all_pass"] and clean else "fail",
-                   "correctness")
+    by = data.validation_tiers(val)
+    failing = int(by["failing"].sum()) if not by.empty else 0
+    if not by.empty:
+        text += (f"; {int(by['checks'].sum())} checks over {len(by)} kernel tiers, "
+                 + ("none failing" if failing == 0 else f"{failing} FAILING"))
+    ok = v["all_pass"] and clean and failing == 0
+    return finding("correctness", "correct", text, "pass" if ok else "fail", "correctness")
 
 
 def centre_speed(df) -> dict:

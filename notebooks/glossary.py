@@ -23,6 +23,18 @@ IMPLS = {
                     "matrix would not fit in about 4 GB."),
 }
 IMPL_LABELS = {k: v[0] for k, v in IMPLS.items()}
+# Our kernel again under a forced tier or a flushed L2: variants of `flash` that only the tier
+# section shows, next to the default; never a series of their own in the comparisons
+# (notebooks.data.bench_frame leaves them out unless asked).
+VARIANTS = {
+    "flash_rows64": ("ours, rows64 tier forced",
+                     "our kernel with its 64-row tier forced (`tier=0`), measured where the "
+                     "default picked the small tier: what the small tier gained."),
+    "flash_l2flushed": ("ours, L2 flushed before each call",
+                        "our kernel with the GPU's L2 cache flushed before every call, at the "
+                        "short prefixes whose KV fits in L2: whether the warm timings flatter it."),
+}
+VARIANT_LABELS = {k: v[0] for k, v in VARIANTS.items()}
 
 # Every snake_case column a report table shows, renamed.
 COLUMNS = {
@@ -37,7 +49,36 @@ COLUMNS = {
     "triton_ms_per_step": "control, ms per step", "plugin_ms_per_step": "candidate, ms per step",
     "speedup": "speed-up", "rel_err_plugin_vs_triton": "candidate vs control (relative error)",
     "graph_replay_matches_eager": "CUDA-graph replay matches eager",
+    # kernel tiers (bench rows' "tier", the micro file, the build record)
+    "tile": "tile (query rows)", "query_rows": "query rows per request (H x T)",
+    "requests": "requests", "ours_us": "ours, us", "pct_roofline": "% of roofline",
+    "rows64_us": "rows64 forced, us", "small_gain": "rows64 time / default time",
+    "warm_us": "L2 warm, us", "flushed_us": "L2 flushed, us",
+    "flushed_over_warm": "flushed / warm", "kv_mb": "bytes per call, MB",
+    "rows_per_tile": "query rows per tile", "tiles_per_cta": "16-token tiles (busiest CTA)",
+    "stream_plain_gbps": "stream, plain, GB/s", "stream_evict_gbps": "stream, evict-first, GB/s",
+    "stream_frac": "stream, best % of read ceiling", "clk_per_tile": "mma, SM clocks per tile",
+    "full_us": "full kernel, us", "merge_us": "of which merge, us", "default_tier": "default here",
+    "fastest": "fastest full time",
+    "h200_us": "H200 full kernel, us (measured)",
+    "sm120_estimate_us": "sm_120 ESTIMATE, us (model)",
+    "sm120_memory_us": "memory part, us (model)", "sm120_math_us": "math part, us (model)",
+    "sm120_floor_us": "floor: KV at DRAM speed, us (model)", "bound": "bound (model)",
+    "lowest_estimate": "lowest estimate at this shape (model)",
+    "registers": "registers per thread (sm_120)",
+    "registers_sm90": "registers per thread (sm_90, measured arch)",
+    "spill_stores": "spill stores, bytes", "spill_loads": "spill loads, bytes",
+    "stack": "stack, bytes", "smem_static": "static shared memory, bytes",
+    # SGLang's real backend
+    "covers": "what it covers", "oracle_err": "vs float64 oracle (relative)",
+    "graph_vs_eager": "graph replay vs eager (relative)", "bitwise": "bit-identical to eager",
+    "control_err": "vs control arm (relative)", "flash_replay_ms": "replay, candidate, ms",
+    "control_replay_ms": "replay, control, ms", "replay_speedup": "control / candidate",
 }
+# The sm_120 model's assumption keys (micro JSON "sm120_estimate.assumptions") as the unit after
+# the value; a key not listed is shown as key = value.
+SM120_ASSUMPTIONS = {"sms": "SMs", "clock_ghz": "GHz SM clock", "dram_GBps": "GB/s DRAM",
+                     "mma_per_clk_sm": "mma.sync per clock per SM"}
 NA_NOTE = ("n/a: that implementation did not run at this shape in the benchmark (SGLang's "
            "split-KV verify refuses some shapes and handles chain trees only; naive PyTorch is "
            "skipped where its scores would not fit in memory).")

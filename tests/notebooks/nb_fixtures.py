@@ -23,19 +23,29 @@ def header(kind: str, date: str) -> dict:
             "fixture": True}
 
 
+def toy_tier(T: int, H: int) -> int:
+    """The kernel's rule in the toy: the smallest small-tier tile that holds H*T query rows."""
+    return next((t for t, rows in ((1, 8), (2, 16), (4, 32)) if H * T <= rows), 0)
+
+
 def bench_row(rng, sweep, impl, S, T=8, H=8, layout="scattered", page_size=1, batch=1) -> dict:
-    """One bench row; bytes = unique KV bytes, flops = QK^T (576) + PV (512) for H*T rows."""
+    """One bench row; bytes = unique KV bytes, flops = QK^T (576) + PV (512) for H*T rows.
+    Ours carries its tier: the toy's small tier takes 0.6 of the rows64 time (flash_rows64 is
+    ours with rows64 forced, flash_l2flushed ours 5 % slower)."""
     nbytes = S * 576 * 2
     flops = 2 * H * T * S * (576 + 512)
     roof = max(nbytes / READ_GBPS / 1e3, flops / MMA_TFLOPS / 1e6)
-    if impl == "flash":
-        t = roof / OURS_FRAC[layout] + 4.0
+    tier = None
+    if impl.startswith("flash"):
+        tier = 0 if impl == "flash_rows64" else toy_tier(T, H)
+        t = (roof / OURS_FRAC[layout] + 4.0) * (0.6 if tier else 1.0)
+        t *= 1.05 if impl == "flash_l2flushed" else 1.0
     else:
         t = nbytes / TOY_GBPS[impl] / 1e3 * (H / 8) ** (impl == "sglang_extend")
     t *= float(rng.lognormal(0.0, 0.03))
     lens = [S // batch] * (batch - 1) + [S - (S // batch) * (batch - 1)]
     return {"sweep": sweep, "S": S, "prefix_lens": lens, "T": T, "H": H, "layout": layout,
-            "page_size": page_size, "batch": batch, "impl": impl, "time_us": t,
+            "page_size": page_size, "batch": batch, "impl": impl, "tier": tier, "time_us": t,
             "bytes": nbytes, "flops": flops, "GBps": nbytes / t / 1e3,
             "TFLOPs": flops / t / 1e6, "roofline_us": roof, "frac_roofline": roof / t}
 
@@ -57,12 +67,93 @@ def bench_doc(date: str, seed: int = 0) -> dict:
                          for i in impls]
     for b in (1, 2, 4):
         rows += [bench_row(rng, "batch", i, 185000, batch=b) for i in impls[:3]]
-    # what kernel.build reports per arch; 240 registers so no test can mistake it for real data
-    resources = [{"kernel": k, "arch": a, "registers": 240 if k == "mla_verify_kernel" else 64,
-                  "spill_stores": 0, "spill_loads": 0, "stack": 0, "smem_static": 0}
-                 for a in ("sm_90", "sm_120") for k in ("mla_verify_kernel", "mla_verify_combine")]
-    return {**header("bench", date), "resources": resources,
+    # the variants of ours: rows64 forced where the default picked the small tier, L2 flushed
+    # at the short prefixes; a mixed batch of 32 that only ours and naive PyTorch run
+    rows += [bench_row(rng, "T", "flash_rows64", 185000, T=T) for T in (1, 4)]
+    rows += [bench_row(rng, "S", "flash_l2flushed", S) for S in (4096, 16384)]
+    rows += [bench_row(rng, "batch32", i, 3_000_000, batch=32) for i in ("flash", "torch_naive")]
+    # what kernel.build reports per arch and tier; 240 registers at most so no test can mistake
+    # it for real data
+    variants = {"mla_verify_kernel": {"small_nt1": 100, "small_nt2": 130, "small_nt4": 200,
+                                      "rows64": 240},
+                "mla_verify_combine": {f"combine_r{r}": 64 for r in (8, 16, 32, 64)}}
+    resources = [{"kernel": k, "arch": a, "variant": v, "registers": regs - (a == "sm_90"),
+                  "spill_stores": 0, "spill_loads": 0, "stack": 0,
+                  "smem_static": 6272 if k == "mla_verify_combine" else 0}
+                 for a in ("sm_90", "sm_120") for k, vs in variants.items()
+                 for v, regs in vs.items()]
+    return {**header("bench", date), "l2_bytes": 50_000_000, "resources": resources,
             "ceilings": {"read_GBps": READ_GBPS, "mma_TFLOPs": MMA_TFLOPS}, "rows": rows}
+
+
+def micro_doc(date: str, seed: int = 0, commit: str = "f1x7u7e0000000") -> dict:
+    """Microbenchmark rows (stream per L2 option, mma, full) per shape and candidate tier, and
+    the sm_120 model's rows built from them by a toy rule."""
+    rng = np.random.default_rng(seed)
+    rows, est = [], []
+    for S, T, H, tiers in ((185000, 1, 8, (1, 0)), (185000, 4, 8, (4, 1, 0)),
+                           (185000, 8, 8, (4, 0)), (16384, 8, 8, (4, 0))):
+        kv = (S + T) * 576 * 2
+        for tier in tiers:
+            rows_per_tile = {0: 64, 1: 8, 2: 16, 4: 32}[tier]
+            base = {"S": S, "T": T, "H": H, "tier": tier, "rows_per_tile": rows_per_tile,
+                    "tiles_per_cta": max(1, S // 16 // 132 * max(1, T * H // rows_per_tile))}
+            frac = (0.9 if tier else 0.7) / max(1, T * H // rows_per_tile)
+            for opt in (("plain",) if tier == 0 else ("evict_first", "plain")):
+                f = frac * (1.0 if opt == "evict_first" else 0.97)
+                rows.append({**base, "stage": "stream", "option": opt,
+                             "time_us": kv / (f * READ_GBPS) / 1e3, "GBps": f * READ_GBPS,
+                             "frac_read_ceiling": f})
+            mma_us = float(rng.uniform(20, 40)) * T ** 0.5 * (1 if tier else 2)
+            rows.append({**base, "stage": "mma", "time_us": mma_us,
+                         "clk_per_tile": mma_us * 1980 / base["tiles_per_cta"]})
+            full = max(kv / (frac * READ_GBPS) / 1e3, mma_us) + 5.0
+            rows.append({**base, "stage": "full", "time_us": full, "no_merge_us": full - 5.0,
+                         "merge_us": 5.0,
+                         "clk_per_tile": (full - 5.0) * 1980 / base["tiles_per_cta"]})
+            memory = kv / (1790.0 * 1e3 * min(frac * 1.2, 0.95))
+            math = mma_us * 0.8
+            est.append({"S": S, "T": T, "H": H, "tier": tier, "h200_us": full,
+                        "stream_efficiency": frac, "sm120_memory_us": memory,
+                        "sm120_math_us": math, "sm120_estimate_us": max(memory, math) + 5.0,
+                        "sm120_floor_us": kv / 1790.0 / 1e3,
+                        "bound": "memory" if memory >= math else "math"})
+    return {**header("microbench", date), "commit": commit, "clock_mhz": {"sm_now": 1980.0},
+            "clock_assumed_mhz": 1980.0, "rows": rows,
+            "ceilings": {"read_GBps": READ_GBPS, "mma_TFLOPs": MMA_TFLOPS},
+            "sm120_estimate": {"model": "estimate, not a measurement: fixture toy model",
+                               "assumptions": {"sms": 188, "clock_ghz": 2.6, "dram_GBps": 1790.0},
+                               "rows": est}}
+
+
+def backend_doc(date: str, seed: int = 0) -> dict:
+    """SGLang's real backend: two graph cases (one against the control arm), the adaptive
+    sequence and a memcheck replay, every one passing."""
+    rng = np.random.default_rng(seed)
+
+    def graph(name, heads, draft, page, capture, replay, control):
+        err = float(rng.uniform(1e-3, 3e-3))
+        return {"name": name, "kind": "graph", "heads": heads, "draft": draft, "page": page,
+                "graph_bs": len(capture), "capture": capture, "replay": replay,
+                "control": control, "tree": "ddtree", "replay_tree": "random", "layers": 61,
+                "capture_bs": len(capture), "replay_bs": len(replay),
+                "rel_err_oracle_capture": err, "rel_err_oracle_replay": err * 1.01,
+                "rel_err_graph_vs_eager": 0.0, "graph_equals_eager": True,
+                "rel_err_vs_control": err * 0.9 if control else None,
+                "flash_replay_ms": 10.0 * len(capture), "control_replay_ms":
+                    200.0 * len(capture) if control else None,
+                "finite": True, "problems": [], "pass": True}
+    small = graph("sanitize", 16, 8, 64, [2000, 130], [1500, 64], False)
+    cases = [graph("centre", 8, 8, 1, [185000], [180001], False),
+             graph("bs4-page64", 16, 4, 64, [3000, 517, 64, 9], [2900, 33], True),
+             {"name": "adaptive-scratch", "kind": "adaptive", "sentinel_intact": True,
+              "rel_err_oracle": 0.002, "pass": True},
+             {"name": "memcheck", "kind": "sanitizer", "tool": "compute-sanitizer",
+              "returncode": 0, "summary": "========= ERROR SUMMARY: 0 errors",
+              "case": {**small, "layers": 2, "flash_replay_ms": None}, "pass": True}]
+    return {**header("sglang-backend", date), "sglang_version": "0.0.fixture",
+            "triton_version": "0.0", "layers": 61, "tol": 0.01, "cases": cases,
+            "all_pass": True}
 
 
 def validation_doc(date: str, seed: int = 0, n: int = 24) -> dict:
@@ -79,8 +170,12 @@ def validation_doc(date: str, seed: int = 0, n: int = 24) -> dict:
     sgl = [{**c, "rel_err_vs_sglang": c["rel_err"] * 1.5, "sglang_rel_err": c["rel_err"] * 1.2}
            for c in cases[:4]]
     graph = [{**c, "max_abs_diff_vs_eager": 0.0, "pass": True} for c in cases[:3]]
+    by_tier = {str(t): {"rows_per_tile": r, "checks": n // 2 if t == 0 else n // 4, "failing": 0,
+                        "worst_rel_err": worst["rel_err"]}
+               for t, r in ((0, 64), (1, 8), (4, 32))}
     return {**header("validation", date), "n_cases": n, "tolerance": 2e-2, "all_pass": True,
-            "cases": cases, "worst": worst, "sglang": {"cases": sgl}, "graph": {"cases": graph}}
+            "cases": cases, "worst": worst, "sglang": {"cases": sgl}, "graph": {"cases": graph},
+            "n_checks": sum(v["checks"] for v in by_tier.values()), "by_tier": by_tier}
 
 
 def integration_doc(date: str, seed: int = 0) -> dict:
@@ -97,13 +192,17 @@ def integration_doc(date: str, seed: int = 0) -> dict:
     return {**header("sglang-integration", date), "layers": 61, "cases": cases}
 
 
-def write_fixture_data(data_dir: str | Path, *, kinds=("bench", "validation", "sglang-integration"),
+KINDS = ("bench", "validation", "sglang-integration", "microbench", "sglang-backend")
+
+
+def write_fixture_data(data_dir: str | Path, *, kinds=KINDS,
                        date: str = "2026-11-30T12:00:00+00:00", seed: int = 0) -> Path:
     """Write one fixture file per kind into data_dir; returns data_dir."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     makers = {"bench": bench_doc, "validation": validation_doc,
-              "sglang-integration": integration_doc}
+              "sglang-integration": integration_doc, "microbench": micro_doc,
+              "sglang-backend": backend_doc}
     stamp = date[:19].replace(":", "")
     for kind in kinds:
         (data_dir / f"{kind}-{stamp}.json").write_text(json.dumps(makers[kind](date, seed)))

@@ -103,3 +103,31 @@ def test_tables_have_readable_stable_headers():
     assert a == figures.table(df, {"worst_rel_err": "{:.2e}"}, "cap").to_html()
     with pytest.raises(ValueError, match=r"columns \['new_thing'\] need a readable name"):
         figures.table(pd.DataFrame({"new_thing": [1]}), caption="c")
+
+
+def test_a_series_with_fewer_than_three_x_values_is_points_among_lines():
+    """The review's case: rows64 forced at T = 1 and 4 only, drawn as a line beside ours."""
+    df = pd.concat([_rows([1, 4, 8, 16], impls=("flash",), x="T"),
+                    _rows([1, 4], impls=("flash_rows64",), x="T", base=160.0)])
+    fig = figures.time_vs(df, "T", "draft tokens", "t")
+    ax = fig.axes[0]
+    lines = _data_lines(ax)
+    assert len(lines) == 1 and len(lines[0].get_xdata()) == 4
+    assert any(len(c.get_offsets()) == 2 for c in ax.collections)   # the two points remain
+    plt.close(fig)
+
+
+def test_default_vs_forced_bars_start_at_zero():
+    tab = pd.DataFrame([{"T": 1, "H": 8, "query_rows": 8, "tile": "small (8-row tiles)",
+                         "ours_us": 68.9, "rows64_us": 162.3}])
+    fig = figures.default_vs_forced(tab, "t")
+    ax = fig.axes[0]
+    assert ax.get_ylim()[0] == 0 and len([p for p in ax.patches if p.get_height()]) == 2
+    assert not _data_lines(ax)
+    plt.close(fig)
+
+
+def test_flag_columns_with_gaps_read_yes_no_and_na():
+    df = pd.DataFrame({"bitwise": [True, False, None]})
+    out = figures.table(df).to_html()
+    assert ">yes<" in out and ">no<" in out and ">n/a<" in out and "True" not in out

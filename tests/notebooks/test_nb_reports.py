@@ -146,7 +146,8 @@ def test_index_links_every_report_with_date_commit_gpu(rendered, fixture_dir):
     assert bench["date"] in page and bench["commit"][:12] in page and bench["gpu"] in page
     assert page.count("test fixture, not a measurement") >= 5  # 1 + 1 + 3 sources
     rec = index.read_record(rendered / "02_paged_bf16.html")
-    assert [s["kind"] for s in rec["sources"]] == ["validation", "bench", "sglang-integration"]
+    assert [s["kind"] for s in rec["sources"]] == ["validation", "bench", "sglang-integration",
+                                                    "microbench", "sglang-backend"]
 
 
 @pytest.mark.parametrize("name", PHASES)
@@ -160,11 +161,11 @@ def test_other_measurement_kinds_are_listed_not_analysed(tmp_path, fixture_dir, 
     data.mkdir()
     for f in fixture_dir.glob("*.json"):
         (data / f.name).write_text(f.read_text())
-    (data / "micro-h200-x.json").write_text(json.dumps(
-        {"kind": "microbench", "date": "2026-12-01T00:00:00Z", "rows": [{"x": 1}]}))
+    (data / "new-h200-x.json").write_text(json.dumps(
+        {"kind": "something-new", "date": "2026-12-01T00:00:00Z", "rows": [{"x": 1}]}))
     assert cli(tmp_path, "phase2", "-p", "smoke", "true", "-p", "data_dir", str(data)) == 0
     page = _text((tmp_path / "reports" / "02_paged_bf16.html").read_text())
-    assert "not analysed on this page: micro-h200-x.json (microbench" in page
+    assert "not analysed on this page: new-h200-x.json (something-new: unknown kind" in page
 
 
 def test_a_second_render_of_the_same_data_is_byte_identical(tmp_path, fixture_dir, cli):

@@ -1,0 +1,91 @@
+"""notebooks.data on the tier, microbenchmark, sm_120-estimate and sglang-backend JSON: on
+fixtures, and on the recorded H200 files in reports/data/ where the brief's numbers come from."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from nb_fixtures import bench_doc
+
+from notebooks import data
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "reports" / "data"
+
+
+def _frame(doc, **kw):
+    return data.bench_frame({**doc, "_path": "b.json"}, **kw)
+
+
+def test_bench_frame_leaves_our_variants_out_unless_asked():
+    doc = bench_doc("2026-12-01T00:00:00Z")
+    df = _frame(doc)
+    assert not set(df["impl"]) & {data.ROWS64, data.L2FLUSHED}
+    both = _frame(doc, variants=True)
+    assert {data.ROWS64, data.L2FLUSHED} <= set(both["impl"])
+    # medians and ratios of ours use the default kernel alone
+    t1 = data.select(df, impl=data.OURS, T=1)["time_us"]
+    flash = [r["time_us"] for r in doc["rows"] if r["impl"] == "flash" and r["T"] == 1]
+    assert t1.tolist() == flash
+    sp = data.speedups(data.select(df, sweep="T")).set_index("T")
+    assert sp.loc[1, "ours_us"] == pytest.approx(flash[0])
+
+
+def test_tier_rows_match_the_kernel_and_the_recorded_files():
+    src = (ROOT / "kernel" / "ops.py").read_text()
+    m = re.search(r"^TIERS = (\{[^}]*\})", src, re.M)
+    assert m and eval(m.group(1)) == data.TIER_ROWS   # noqa: S307 (a dict literal)
+    for doc in data.load_all(DATA, "microbench"):
+        for r in doc["rows"]:
+            assert data.TIER_ROWS[r["tier"]] == r["rows_per_tile"], doc["_path"]
+    for doc in data.load_all(DATA, "validation"):
+        for t, v in (doc.get("by_tier") or {}).items():
+            assert data.TIER_ROWS[int(t)] == v["rows_per_tile"], doc["_path"]
+
+
+def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
+    """The H200 file of 2026-12-01: T = 1 ran at 8-row tiles, 68.9 us, against 162.3 us with
+    rows64 forced; the centre ran rows64 and has no forced pair."""
+    bench = data.newest(DATA, "bench")
+    tab = data.tier_frame(data.bench_frame(bench, variants=True))
+    t1 = data.select(tab, T=1, H=8, S=185000)
+    assert len(t1) == 1
+    r = t1.iloc[0]
+    assert (r["tier"], r["tile"]) == (1, "small (8-row tiles)")
+    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "68.9 vs 162.3"
+    assert data.centre_tier(tab) == 0
+    flash_t1 = data.select(data.bench_frame(bench), impl=data.OURS, T=1)
+    assert [round(t, 1) for t in flash_t1["time_us"]] == [68.9]
+
+
+def test_recorded_backend_and_estimate_headlines():
+    s = data.backend_summary(data.newest(DATA, "sglang-backend"))
+    assert (s["n_pass"], s["n_cases"], s["memcheck_clean"]) == (7, 7, True)
+    micro = data.newest(DATA, "microbench")
+    est = data.sm120_frame(micro)
+    e = data.estimate_at(est, 0)
+    assert e is not None and e["h200_us"] < e["sm120_estimate_us"]
+    assert "not a measurement" in micro["sm120_estimate"]["model"]
+
+
+def test_micro_frame_keeps_stage_gaps_as_gaps():
+    doc = {"_path": "m.json", "rows": [
+        {"S": 10, "T": 1, "H": 8, "tier": 1, "rows_per_tile": 8, "tiles_per_cta": 1,
+         "stage": "full", "time_us": 5.0, "merge_us": 1.0},
+        {"S": 10, "T": 1, "H": 8, "tier": 0, "rows_per_tile": 64, "tiles_per_cta": 1,
+         "stage": "full", "time_us": 9.0, "merge_us": 1.0}]}
+    mf = data.micro_frame(doc).set_index("tier")
+    assert mf["stream_frac"].isna().all() and mf["clk_per_tile"].isna().all()
+    assert bool(mf.loc[1, "fastest"]) and not bool(mf.loc[0, "fastest"])
+
+
+def test_backend_counts_memcheck_errors_from_the_summary():
+    case = {"name": "memcheck", "kind": "sanitizer", "returncode": 0, "pass": True,
+            "summary": "========= ERROR SUMMARY: 0 errors"}
+    doc = {"_path": "s.json", "all_pass": True, "cases": [case]}
+    assert data.backend_summary(doc)["memcheck_clean"]
+    case["summary"] = "========= ERROR SUMMARY: 1 error"
+    assert not data.backend_summary(doc)["memcheck_clean"]
+    case["summary"] = None
+    assert not data.backend_summary(doc)["memcheck_clean"]
