@@ -23,9 +23,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_file(path: Path, text: str, mode: int = PRIVATE) -> None:
-    """Replace `path` with `text` so that a crash leaves the old or the new file, never half."""
-    path = Path(path)
+def _synced_temp(path: Path, text: str, mode: int) -> Path:
+    """A new temp file beside `path` holding `text`, on disk (fsynced), with `mode`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -34,11 +33,21 @@ def write_file(path: Path, text: str, mode: int = PRIVATE) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    return Path(tmp)
+
+
+def write_file(path: Path, text: str, mode: int = PRIVATE) -> None:
+    """Replace `path` with `text` so that a crash leaves the old or the new file, never half."""
+    tmp = _synced_temp(Path(path), text, mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(Path(path).parent)
 
 
 def create_file(path: Path, text: str, mode: int = PRIVATE) -> bool:
@@ -47,22 +56,14 @@ def create_file(path: Path, text: str, mode: int = PRIVATE) -> bool:
     The content is complete before the name appears (hard link of a finished temp file), so
     no reader ever sees an empty or partial file, even after a crash between the two steps.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _synced_temp(Path(path), text, mode)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
     finally:
-        Path(tmp).unlink(missing_ok=True)
-    fsync_dir(path.parent)
+        tmp.unlink(missing_ok=True)
+    fsync_dir(Path(path).parent)
     return True
 
 

@@ -30,6 +30,22 @@ def run_tool(inv: Path, *args, timeout: float = 90, **kw) -> subprocess.Complete
                           capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def tool_with_fault(inv: Path, args: tuple, when, fault, timeout: float = 120, every: float = 0.01):
+    """Run `python -m rollout *args`; once when() holds, call fault(tool) (kill a group, signal
+    the tool); wait for the tool to end. Returns (exit code, stderr, what fault returned). The
+    tool is killed if anything goes wrong first, so no test leaves one running."""
+    tool = start_tool(inv, *args)
+    try:
+        wait_for(when, timeout=60, every=every)
+        got = fault(tool)
+        _, err = tool.communicate(timeout=timeout)
+        return tool.returncode, err, got
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+            tool.communicate()
+
+
 def start_tool(inv: Path, *args) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "rollout", *args, "--inventory", str(inv)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -8,7 +8,7 @@ import threading
 import time
 
 from rollout.client import post_json, request
-from rollout_helpers import run_tool, start_tool, wait_for
+from rollout_helpers import run_tool, tool_with_fault, wait_for
 
 
 def starts(fleet, group, arm):
@@ -35,26 +35,15 @@ def gate_seen(fleet, group, gate, passed=True):
     return bool(fleet.events("gate", group=group, gate=gate, passed=passed))
 
 
-def finish(tool, timeout=120):
-    try:
-        out, err = tool.communicate(timeout=timeout)
-    finally:
-        if tool.poll() is None:
-            tool.kill()
-    return tool.returncode, err
+def gating(fleet, group):
+    return (fleet.state_dir / "state.json").exists() and fleet.state()["groups"][group]["step"] == "gating"
 
 
 # ---- A: kill -9 during a restart, then resume ------------------------------------------------
 def test_A_kill_9_while_the_canary_starts_then_resume(make_fleet):
     f = make_fleet(n=2, extra={"g0": ["--startup-s", "2"]})
     f.up()
-    tool = start_tool(f.inv, "canary")
-    try:
-        wait_for(lambda: (f.state_dir / "state.json").exists() and f.state()["groups"]["g0"]["step"] == "gating",
-                 timeout=60, every=0.005)
-    finally:
-        tool.send_signal(signal.SIGKILL)
-        tool.communicate()
+    tool_with_fault(f.inv, ("canary",), lambda: gating(f, "g0"), lambda t: t.send_signal(signal.SIGKILL), every=0.005)
     # the audit is not behind the state: the step the state shows is in the log
     last = [a for a in f.events("group", group="g0")][-1]
     assert last["step"] == "gating" and f.state()["groups"]["g0"]["step"] == "gating"
@@ -71,14 +60,8 @@ def test_A_kill_9_while_the_canary_starts_then_resume(make_fleet):
 def control_dies_during(make_fleet, gate_before):
     f = make_fleet(n=2, gates={"context_tokens": 4096, "max_new_tokens": 48})
     f.up()
-    tool = start_tool(f.inv, "canary")
-    try:
-        wait_for(lambda: gate_seen(f, "g0", gate_before), timeout=60, every=0.01)
-        kill_group(f, "g1")
-        rc, err = finish(tool)
-    finally:
-        if tool.poll() is None:
-            tool.kill()
+    rc, err, _ = tool_with_fault(f.inv, ("canary",), lambda: gate_seen(f, "g0", gate_before),
+                                 lambda t: kill_group(f, "g1"))
     assert rc == 5, err
     st = f.state()
     assert st["status"] == "halted" and "g1" in st["reason"] and "not blamed" in st["reason"]
@@ -108,14 +91,9 @@ def test_D3_control_dies_during_the_speed_gate(make_fleet):
 def test_rollback_never_takes_more_than_max_unavailable_out(make_fleet):
     f = make_fleet(n=3, extra={"g0": ["--fault", "slower", "--fault-arm", "flash", "--slow-factor", "20"]})
     f.up()
-    tool = start_tool(f.inv, "canary")
-    try:
-        wait_for(lambda: gate_seen(f, "g0", "numerics"), timeout=60, every=0.01)
-        kill_group(f, "g2")  # not g0's control (g1): the speed gate still fails on g0's own merit
-        rc, err = finish(tool)
-    finally:
-        if tool.poll() is None:
-            tool.kill()
+    # g2 is not g0's control (g1): the speed gate still fails on g0's own merit
+    rc, err, _ = tool_with_fault(f.inv, ("canary",), lambda: gate_seen(f, "g0", "numerics"),
+                                 lambda t: kill_group(f, "g2"))
     assert rc == 5, err
     st = f.state()
     assert st["status"] == "halted" and st["halted_from"] == "rolling_back"
@@ -133,16 +111,11 @@ def test_rollback_never_takes_more_than_max_unavailable_out(make_fleet):
 def test_E_sigterm_during_the_speed_gate(make_fleet):
     f = make_fleet(n=2, gates={"context_tokens": 4096, "max_new_tokens": 64})
     f.up()
-    tool = start_tool(f.inv, "canary")
-    try:
-        wait_for(lambda: gate_seen(f, "g0", "numerics"), timeout=60, every=0.01)
-        time.sleep(0.2)
-        t0 = time.monotonic()
+    def sigterm(tool):
+        time.sleep(0.2)  # into the speed gate's rounds
         tool.send_signal(signal.SIGTERM)
-        rc, err = finish(tool, timeout=30)
-    finally:
-        if tool.poll() is None:
-            tool.kill()
+        return time.monotonic()
+    rc, err, t0 = tool_with_fault(f.inv, ("canary",), lambda: gate_seen(f, "g0", "numerics"), sigterm, timeout=30)
     assert rc == 130 and time.monotonic() - t0 < 10, err
     assert not (f.state_dir / "lock.json").exists()
     st = f.state()
@@ -165,14 +138,10 @@ def test_E2_sigterm_during_a_drain_brings_the_group_back(make_fleet):
     client = threading.Thread(target=in_flight)
     client.start()
     time.sleep(0.3)
-    tool = start_tool(f.inv, "canary")
     try:
-        wait_for(lambda: f.events("group", group="g0", step="stopping"), timeout=30, every=0.005)
-        tool.send_signal(signal.SIGTERM)
-        rc, err = finish(tool, timeout=60)
+        rc, err, _ = tool_with_fault(f.inv, ("canary",), lambda: f.events("group", group="g0", step="stopping"),
+                                     lambda t: t.send_signal(signal.SIGTERM), every=0.005)
     finally:
-        if tool.poll() is None:
-            tool.kill()
         client.join(60)
     assert rc == 130, err
     assert box["r"]["meta_info"]["completion_tokens"] == 600  # the drain let the request finish
@@ -308,14 +277,8 @@ def test_progress_deadline_halts_with_every_group_serving(make_fleet):
 def test_abort_stops_a_running_rollout_and_leaves_every_group_serving(make_fleet):
     f = make_fleet(n=2, gates={"context_tokens": 4096, "max_new_tokens": 64})
     f.up()
-    tool = start_tool(f.inv, "canary")
-    try:
-        wait_for(lambda: gate_seen(f, "g0", "health_generate"), timeout=60, every=0.01)
-        r = run_tool(f.inv, "abort", "--reason", "pager went off")
-        rc, err = finish(tool, timeout=30)
-    finally:
-        if tool.poll() is None:
-            tool.kill()
+    rc, err, r = tool_with_fault(f.inv, ("canary",), lambda: gate_seen(f, "g0", "health_generate"),
+                                 lambda t: run_tool(f.inv, "abort", "--reason", "pager went off"), timeout=30)
     assert r.returncode == 0, r.stderr
     assert rc == 130, err
     st = f.state()
@@ -331,13 +294,10 @@ def test_abort_after_kill_9_mid_drain_restarts_the_group(make_fleet):
         "input_ids": list(range(1, 4096)), "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}, timeout=60))
     client.start()
     time.sleep(0.3)
-    tool = start_tool(f.inv, "canary")
     try:
         # killed once g0 drains (its /health says 503): the tool never gets to start it again
-        wait_for(lambda: f.events("group", group="g0", step="stopping") and _health(f, "g0") == 503,
-                 timeout=30, every=0.005)
-        tool.send_signal(signal.SIGKILL)
-        tool.communicate()
+        tool_with_fault(f.inv, ("canary",), lambda: f.events("group", group="g0", step="stopping")
+                        and _health(f, "g0") == 503, lambda t: t.send_signal(signal.SIGKILL), every=0.005)
     finally:
         client.join(60)
     wait_for(lambda: not serving(f, "g0"), timeout=30)  # the drain finished; g0 is down, recorded "stopping"
