@@ -534,6 +534,9 @@ class Rollout:
             self.run_promote()
 
     def run_promote(self):
+        if self.state and self.state["status"] == "halted" and self.state["halted_from"] in ("canary_passed",
+                                                                                               "promoting"):
+            self.set_status(self.state["halted_from"], event="promote_after_halt")
         if self.state is None or self.state["status"] not in ("canary_passed", "promoting"):
             raise RolloutError(f"promote needs a rollout whose canary passed; state is "
                                f"{self.state['status'] if self.state else 'absent'} ({self.rec.state_path})")

@@ -333,3 +333,19 @@ def test_errors_while_paused_are_caught_before_promotion(make_fleet):
     r = run_tool(f.inv, "promote")
     assert r.returncode == 3 and "metrics_paused" in r.stderr
     assert f.state()["status"] == "rolled_back" and f.arm("g0") == "triton" and f.arm("g1") == "triton"
+
+
+def test_control_that_dies_while_paused_halts_promote_until_it_is_back(make_fleet):
+    f = make_fleet(n=2)
+    f.up()
+    assert run_tool(f.inv, "canary").returncode == 0
+    kill_group(f, "g1")
+    r = run_tool(f.inv, "promote")
+    assert r.returncode == 5 and "g1" in r.stderr and "not blamed" in r.stderr
+    st = f.state()
+    assert st["status"] == "halted" and st["groups"]["g1"]["service"]["in_service"] is False
+    assert serving(f, "g0") and f.arm("g0") == "flash"
+    f.up()
+    r = run_tool(f.inv, "promote")
+    assert r.returncode == 0, r.stderr
+    assert f.state()["status"] == "completed" and f.arm("g1") == "flash"
