@@ -163,13 +163,15 @@ class Rollout:
 
     def reconcile(self) -> dict[str, str]:
         """Every group's real arm, before a new rollout is planned on top of the last record."""
-        old = {n: g.get("arm") for n, g in self.state["groups"].items()}
+        old = self.state.get("previous_arms") or {}
         seen, unknown = {}, []
         for name in self.state["order"]:
             arm, how = self.observe(name)
             seen[name] = {"arm": arm, "how": how}
             if arm is None:
                 unknown.append(f"group {name}: {how}")
+            elif old.get(name) not in (None, arm):
+                self.p.say(f"[{name}] the last record said {old[name]}, it serves {arm} ({how}); the record follows it")
         self.audit("reconcile", observed=seen, recorded=old)
         if unknown:
             raise RolloutError("cannot confirm which arm every group runs, so no rollout is planned on it: "
@@ -487,7 +489,9 @@ class Rollout:
         if self.state and self.state["status"] in ACTIVE:
             raise RolloutError(f"rollout {self.rid} is '{self.state['status']}' (state {self.rec.state_path}); "
                                f"run promote, rollback, resume or abort, not a new canary")
+        previous = {n: g.get("arm") for n, g in self.state["groups"].items()} if self.state else {}
         self.state = self.new_state(canary, rollback_all or self.inv.settings["rollback_all"], auto_promote)
+        self.state["previous_arms"] = previous  # what the last record said, for reconcile
         self.audit("rollout_start", order=self.state["order"], rollback_all=self.state["rollback_all"],
                    inventory=str(self.inv.path))
         self.save()

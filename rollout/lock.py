@@ -58,8 +58,8 @@ def read(state_dir: Path) -> dict | None:
         text = path.read_text()
     except FileNotFoundError:
         return None
-    hint = (f"if no rollout is running, `python -m rollout unlock --force --reason '...'` removes it "
-            f"(the holder cannot be checked)")
+    hint = ("if no rollout is running, `python -m rollout unlock --force --reason '...'` removes it "
+            "(the holder cannot be checked)")
     if not text.strip():
         raise LockCorrupt(f"rollout lock {path} is empty (left by a tool that crashed while taking it?); {hint}")
     try:

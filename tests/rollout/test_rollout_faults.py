@@ -1,7 +1,6 @@
 """The faults of the audit's section 3, each as a scenario: real `python -m rollout` processes
 moving real emulator processes, with the fault injected at the moment the audit used. None
 may leave a group out of service without the record saying so."""
-import json
 import os
 import signal
 import threading
@@ -184,6 +183,7 @@ def test_F1_a_group_moved_behind_the_tools_back_is_not_used_as_control(make_flee
     assert r.returncode == 0, r.stderr
     st = f.state()
     assert st["groups"]["g1"]["arm"] == "flash"  # reconciled, not assumed triton
+    assert f.events("reconcile")[-1]["recorded"]["g1"] == "triton" and "the last record said triton" in r.stderr
     speed = st["groups"]["g0"]["results"]["speed"]
     assert speed["endpoints"][1]["url"] == f.url("g2")  # the control was the group really on triton
 

@@ -3,7 +3,6 @@
 the example inventory's command group really starts, reports and stops a server."""
 import json
 import os
-import signal
 import sys
 import time
 

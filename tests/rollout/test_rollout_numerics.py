@@ -3,7 +3,6 @@ corrupt verify path fails it, a corrupt prefill path is reported as what it is."
 import pytest
 
 from rollout.emulator import start_emulator
-from rollout.kernel_spread import bf16_spread
 from rollout.numerics import compare
 
 TS = 0.02
@@ -79,6 +78,7 @@ def test_bad_arguments_are_named(data_dir):
 
 
 def test_measured_bf16_spread_is_read_from_the_validation_json():
+    from rollout.kernel_spread import bf16_spread
     s = bf16_spread()
     assert s is not None and s["file"].startswith("validation-")
     assert s["kernel_vs_oracle"]["cases"] > 100 and s["kernel_vs_oracle"]["max"] < 0.01

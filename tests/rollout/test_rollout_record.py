@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-from rollout import durable, lock as locks
-from rollout.record import Record
 from rollout_helpers import run_tool
 
 BROKEN_STATES = {"empty": "", "truncated": '{"rollout_id": "20261201T0', "null": "null",
@@ -69,13 +67,14 @@ def test_unreadable_lock_names_the_file_and_needs_force(make_fleet, text):
 
 
 def test_unlock_refuses_while_the_holder_is_alive(make_fleet):
+    from rollout.lock import process_start
     f = make_fleet(n=2)
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         f.state_dir.mkdir()
         (f.state_dir / "lock.json").write_text(json.dumps(
             {"owner": "ops@here", "host": socket.gethostname(), "pid": holder.pid,
-             "start": locks.process_start(holder.pid), "time": "now", "command": "canary"}))
+             "start": process_start(holder.pid), "time": "now", "command": "canary"}))
         r = run_tool(f.inv, "unlock", "--reason", "I think it hangs")
         assert r.returncode == 4 and "is alive" in r.stderr and (f.state_dir / "lock.json").exists()
         assert not f.events("unlock")
@@ -108,6 +107,7 @@ def test_unlock_works_and_is_audited_when_the_state_is_the_broken_part(make_flee
 
 
 def test_writes_are_durable_with_unique_temp_names(tmp_path, monkeypatch):
+    from rollout.record import Record
     synced = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
@@ -125,6 +125,7 @@ def test_writes_are_durable_with_unique_temp_names(tmp_path, monkeypatch):
 
 
 def test_lock_is_created_whole(tmp_path):
+    from rollout import durable
     path = tmp_path / "lock.json"
     assert durable.create_file(path, '{"a": 1}') is True
     assert durable.create_file(path, '{"b": 2}') is False

@@ -7,9 +7,10 @@ import pytest
 
 from rollout.client import EndpointError, get_json, request
 from rollout.emulator import start_emulator
-from rollout.inventory import SecretError, load
-from rollout.redact import REDACTED, redact_argv
+from rollout.inventory import load
 from rollout_helpers import run_tool
+
+REDACTED = "REDACTED"
 
 KEY = "sk-rollout-test-9f3c2a"
 EXTRA_SECRET = "adminsecret-7d1e"
@@ -55,6 +56,7 @@ def test_without_the_key_the_tool_says_what_is_missing(make_fleet, monkeypatch):
 
 
 def test_key_file_must_be_private(tmp_path):
+    from rollout.inventory import SecretError
     key = tmp_path / "key"
     key.write_text(KEY + "\n")
     inv_path = tmp_path / "inv.toml"
@@ -106,6 +108,7 @@ def test_extra_args_secrets_are_redacted_in_plan_audit_and_pid_files(make_fleet)
 
 
 def test_redaction_by_shape_and_by_value():
+    from rollout.redact import redact_argv
     argv = ["python", "--api-key", "k1k1k1", "--hf-token=t0t0t0", "--tokenizer-path", "/tok", "--ssl-keyfile", "/k"]
     assert redact_argv(argv) == ["python", "--api-key", REDACTED, f"--hf-token={REDACTED}", "--tokenizer-path",
                                  "/tok", "--ssl-keyfile", "/k"]
