@@ -33,7 +33,7 @@ from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 from sglang.srt.managers.io_struct import GenerateReqInput
 from sglang.srt.managers.schedule_batch import Req
 from sglang.srt.managers.scheduler_components.logprob_result_processor import SchedulerLogprobResultProcessor
-from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
+from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs
 
@@ -65,13 +65,11 @@ _TM = None
 
 @contextmanager
 def published():
-    """SGLang's runtime context (Req.is_prefill_only reads it), published for one request."""
-    reset_context()
-    publish(ServerArgs(model_path="dummy"), role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
-    try:
+    """SGLang's runtime context (Req.is_prefill_only reads it) for one request; whatever context
+    the process had before (tests/sglang publishes its own) is back afterwards."""
+    ctx = create_context(ServerArgs(model_path="dummy"), role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
+    with use_context(ctx):
         yield
-    finally:
-        reset_context()
 
 
 def generate_answer(model, body: dict, output_ids: list[int], output_paths: list[str]) -> dict:
