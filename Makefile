@@ -69,10 +69,12 @@ INVENTORY ?= rollout/inventory.example.toml
 rollout-plan: $(STAMP) ## dry run of canary + promote on INVENTORY (default the Kimi-K2 example); touches nothing
 	$(VPY) -m rollout plan --inventory $(INVENTORY)
 
-rollout-demo: $(STAMP) ## canary + promote over 3 local emulator groups modelled on reports/data; writes reports/data/rollout-<id>.json
-	$(VPY) -m rollout.demo --data-dir reports/data --results-dir reports/data
+ROLLOUT_RESULTS ?= .rollout/demo
 
-rollout-test: $(STAMP) ## the rollout tool's tests alone (real processes on 127.0.0.1, under 3 minutes)
+rollout-demo: $(STAMP) ## canary + promote over 3 local emulator groups modelled on reports/data; result into ROLLOUT_RESULTS (default .rollout/demo; ROLLOUT_RESULTS=reports/data to keep one)
+	$(VPY) -m rollout.demo --data-dir reports/data --results-dir $(ROLLOUT_RESULTS)
+
+rollout-test: $(STAMP) ## the rollout tool's tests alone: scenarios with real processes on 127.0.0.1 and SGLang's own logprob code (under 5 minutes)
 	$(VPY) -m pytest -q tests/rollout
 
 .PHONY: rollout-plan rollout-demo rollout-test

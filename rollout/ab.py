@@ -26,16 +26,16 @@ def make_input_ids(context_tokens: int, seed: int) -> list[int]:
     return [rng.randrange(TOKEN_LO, TOKEN_HI) for _ in range(context_tokens)]
 
 
-def measure(url: str, ids: list[int], max_new_tokens: int, timeout: float) -> dict:
+def measure(url: str, ids: list[int], max_new_tokens: int, timeout: float, api_key: str | None = None) -> dict:
     """One streaming request; returns tokens/s (decode), accept length, cached tokens, TTFT (s)."""
     body = {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0,
                                                   "ignore_eos": True}}
-    chunks = list(stream_generate(url, body, timeout=timeout))
+    chunks = list(stream_generate(url, body, timeout=timeout, api_key=api_key))
     marks = [(t, c["meta_info"]["completion_tokens"]) for t, c in chunks if "meta_info" in c]
     marks = [m for i, m in enumerate(marks) if i == 0 or m[1] > marks[i - 1][1]]  # drop the repeated final chunk
     if len(marks) < 2 or marks[-1][0] <= marks[0][0]:
         raise EndpointError(f"{url}/generate: {len(marks)} token chunk(s); need 2 or more to time decode "
-                            f"(max_new_tokens={max_new_tokens})")
+                            f"(max_new_tokens={max_new_tokens})", url)
     meta = chunks[-1][1]["meta_info"]
     return {"tok_s": (marks[-1][1] - marks[0][1]) / (marks[-1][0] - marks[0][0]),
             "completion_tokens": meta["completion_tokens"], "cached_tokens": meta.get("cached_tokens"),
@@ -54,7 +54,7 @@ def _arm_summary(samples: list[dict]) -> dict:
 def run_ab(candidate_url: str, control_url: str | None, *, context_tokens: int = 185000, rounds: int = 5,
            max_new_tokens: int = 32, threshold: float = 0.02, seed: int = 0, progress=None,
            ci_level: float = 0.95, resamples: int = 2000, timeout: float = 900.0,
-           recorded_control: dict | None = None) -> dict:
+           recorded_control: dict | None = None, api_key: str | None = None) -> dict:
     """Interleaved A/B of decode tokens/s; returns the dict that goes into rollout-*.json.
 
     control_url None + recorded_control (a previous result's "control" block, same inputs)
@@ -73,13 +73,13 @@ def run_ab(candidate_url: str, control_url: str | None, *, context_tokens: int =
         raise ValueError("control_url is None and no recorded_control was given")
     say = progress or (lambda msg: None)
     live = {"candidate": candidate_url} | ({"control": control_url} if control_url else {})
-    endpoints = [describe(url, role) for role, url in live.items()]
+    endpoints = [describe(url, role, api_key=api_key) for role, url in live.items()]
     ids = make_input_ids(context_tokens, seed)
     warm = {}
     for role, url in live.items():
         say(f"warming the prefix cache on {role} ({context_tokens} tokens)")
         r = post_json(url, "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}},
-                      timeout=timeout)
+                      timeout=timeout, api_key=api_key)
         warm[role] = {"cached_tokens_before": r.get("meta_info", {}).get("cached_tokens")}
     samples: dict[str, list[dict]] = {role: [] for role in live}
     order = []
@@ -87,7 +87,7 @@ def run_ab(candidate_url: str, control_url: str | None, *, context_tokens: int =
         roles = list(live) if r % 2 == 0 else list(reversed(live))
         order.append(roles)
         for role in roles:
-            s = measure(live[role], ids, max_new_tokens, timeout)
+            s = measure(live[role], ids, max_new_tokens, timeout, api_key)
             samples[role].append(s)
             say(f"round {r + 1}/{rounds} {role}: {s['tok_s']:.2f} tok/s, accept {s['accept_length']}")
     cand = _arm_summary(samples["candidate"])

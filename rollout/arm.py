@@ -69,12 +69,16 @@ class ArmReport:
     graph_captures: float = 0.0
     kernel_calls: float = 0.0
     fallbacks: dict[str, float] = field(default_factory=dict)
+    # why the report is "unknown" when the metrics could not be read at all (read_arm)
+    error: str = ""
 
     @property
     def confirmed(self) -> bool:
         return self.arm in ARMS
 
     def summary(self) -> str:
+        if self.arm == "unknown" and self.error:
+            return self.error
         if self.arm == "unknown":
             return ("no mla_verify_backend_info on /metrics (server without --enable-metrics, "
                     "plugin not loaded, or SGLANG_PLUGINS without mla_verify)")
@@ -111,3 +115,20 @@ def arm_from_metrics(text: str) -> ArmReport:
     else:
         arm = "mixed"
     return ArmReport(arm, len(backends), sorted(hashes), sorted(versions), captures, calls, fallbacks)
+
+
+def read_arm(url: str, api_key: str | None = None, timeout: float = 10.0) -> ArmReport:
+    """The ArmReport of a live server from its `/metrics`. Never raises for an unreachable or
+    odd endpoint: that is an "unknown" report whose summary says why (a caller must not gate a
+    group whose arm it cannot confirm). The API key is sent when given: SGLang lets /metrics
+    through without one, a proxy in front of it may not."""
+    from rollout.client import EndpointError, get_text
+    try:
+        text = get_text(url, "/metrics", timeout=timeout, api_key=api_key)
+    except EndpointError as e:
+        why = f"{url}/metrics: none (a server started without --enable-metrics)" if e.status == 404 else str(e)
+        return ArmReport("unknown", error=why)
+    try:
+        return arm_from_metrics(text)
+    except MetricsFormatError as e:
+        return ArmReport("unknown", error=f"{url}/metrics: {e}")

@@ -1,11 +1,14 @@
 """A whole rollout against local emulator groups: up, canary + promote, tear down.
 
-    python -m rollout.demo [--data-dir reports/data] [--groups 3] [--time-scale 0.05] [--fault slower]
+    python -m rollout.demo [--data-dir reports/data] [--results-dir .rollout/demo] [--groups 3]
+                           [--time-scale 0.05] [--fault slower]
 
 Each group is `python -m rollout.emulator` on 127.0.0.1 under the local launcher, its speed
 modelled on the measurements in --data-dir; the result goes to --results-dir as
-rollout-<id>.json with "emulated": true on every endpoint. Delays are multiplied by
---time-scale, so measured tokens/s are 1/time_scale times the modelled ones (the ratio is not).
+rollout-<id>.json with "emulated": true on every endpoint. The default keeps emulated results
+out of reports/data (where the reports read measurements); pass --results-dir reports/data to
+put one there on purpose. Delays are multiplied by --time-scale, so measured tokens/s are
+1/time_scale times the modelled ones (the ratio is not).
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def write_inventory(path: Path, *, groups: int, data_dir: Path, results_dir: Pat
              "[gates]", f"context_tokens = {context_tokens}", "request_timeout_s = 600"]
     for i in range(groups):
         cmd = ["{python}", "-m", "rollout.emulator", "--port", "{port}", "--data-dir", str(data_dir),
-               "--time-scale", str(time_scale)]
+               "--time-scale", str(time_scale), "--enable-metrics"]
         if fault and i == 0:
             cmd += ["--fault", fault, "--fault-arm", "flash"]
         lines += ["[[group]]", f'name = "demo{i}"', 'host = "127.0.0.1"', f"port = {free_port()}",
@@ -47,7 +50,8 @@ def write_inventory(path: Path, *, groups: int, data_dir: Path, results_dir: Pat
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m rollout.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default="reports/data", help="measurements the emulators model (default reports/data)")
-    p.add_argument("--results-dir", default="reports/data", help="where rollout-<id>.json goes")
+    p.add_argument("--results-dir", default=".rollout/demo",
+                   help="where rollout-<id>.json goes (default .rollout/demo; reports/data only when asked)")
     p.add_argument("--groups", type=int, default=3)
     p.add_argument("--time-scale", type=float, default=0.05)
     p.add_argument("--context-tokens", type=int, default=185000)

@@ -1,20 +1,25 @@
 """An SGLang-0.5.23-compatible HTTP endpoint on loopback for tests and demos. Not a model.
 
     python -m rollout.emulator --arm flash --port 30000 --data-dir reports/data [--time-scale 0.01]
+                               [--enable-metrics] [--api-key KEY] [--fault F --fault-arm flash]
 
 Speaks /health, /health_generate, /server_info, /model_info, /generate (streaming SSE and
-not, meta_info as SGLang's, logprobs), /v1/completions, /flush_cache, /metrics. Decode speed
-comes from rollout.speed_model (the recorded kernel measurements); tokens per verify step =
-the accept length. Tokens are a deterministic function of the context, so two arms agree on
-top-1 tokens and differ in logprobs by ~1e-3 (as two kernels with different reduction order
-do). Faults on demand: fail_start, hang_health, die_midstream, slower, different_tokens.
-Every response carries `X-Emulator: mla-verify` and /server_info has "emulator": true.
+not, meta_info as SGLang's, logprobs in SGLang's exact layout), /v1/completions,
+/flush_cache, and with --enable-metrics /metrics (SGLang's metric names and the mla-verify
+plugin's arm series; --no-plugin leaves those out, as a server without the plugin would).
+With --api-key every path but /health*, /ready, /metrics answers 401 without
+`Authorization: Bearer KEY`, as SGLang does. Decode speed comes from rollout.speed_model (the
+recorded kernel measurements); tokens per verify step = the accept length. Tokens and logprobs
+come from rollout.emulator_model: prefill and verify are separate paths, as in SGLang.
+Faults on demand: see FAULTS; SIGUSR1 makes every later /generate answer 500. Every response carries `X-Emulator: mla-verify` and
+/server_info has "emulator": true.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -25,63 +30,43 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from rollout.emulator_metrics import Metrics
+from rollout.emulator_model import Model, detokenize, input_logprobs, tokenize
 from rollout.launch import ARMS, BACKEND_ENV
 from rollout.speed_model import MissingMeasurements, SpeedModel
 
-FAULTS = ("fail_start", "hang_health", "die_midstream", "slower", "different_tokens")
+FAULTS = {
+    "fail_start": "exit with an error instead of serving",
+    "hang_health": "/health never answers",
+    "die_midstream": "crash half-way through a streamed request",
+    "slower": "decode steps take --slow-factor times longer",
+    "different_tokens": "another model altogether",
+    "corrupt_verify": "the verify path (decode after the first token) is wrong; prefill is right",
+    "corrupt_prefill": "the prefill path (prompt scoring, first token) is wrong; verify is right",
+    "low_accept": "half the accept length (what a subtly wrong verify kernel does to EAGLE)",
+    "drop_request": "drop the connection of the --drop-request-th /generate (once: a transient error)",
+    "fail_after": "answer HTTP 500 to every /generate after the --fail-after-th",
+}
 EMULATOR_HEADER = ("X-Emulator", "mla-verify rollout.emulator (not a real SGLang server)")
-MASK = (1 << 64) - 1
-VOCAB_LO, VOCAB_N = 1000, 30000
-
-
-def _mix(*xs: int) -> int:
-    h = 0xCBF29CE484222325
-    for x in xs:
-        h = ((h ^ (x & MASK)) * 0x100000001B3) & MASK
-        h ^= h >> 29
-    return h
-
-
-class Model:
-    """Greedy next token and its logprob as a function of the context (causal, so teacher
-    forcing and free generation agree)."""
-
-    def __init__(self, arm: str, salt: int):
-        self.arm, self.salt = arm, salt
-
-    def top1(self, ctx: list[int]) -> tuple[int, float]:
-        h = _mix(self.salt, len(ctx), *ctx[-3:])
-        lp = -((h >> 20) % 1000) / 1000 * 0.7
-        if self.arm == "flash":  # another reduction order: same argmax, logprob off by <= 1e-3
-            lp += ((h >> 40) % 201 - 100) * 1e-5
-        return VOCAB_LO + h % VOCAB_N, min(lp, 0.0)
-
-    def logprob(self, ctx: list[int], token: int) -> float:
-        top, lp = self.top1(ctx)
-        return lp if token == top else -6.0 - (_mix(token, len(ctx)) % 100) / 100
-
-
-def tokenize(text: str) -> list[int]:
-    return [VOCAB_LO + b for b in text.encode()]
-
-
-def detokenize(ids: list[int]) -> str:
-    return "".join(chr(97 + i % 26) for i in ids)
-
-
 class Emulator:
     def __init__(self, args, speed: SpeedModel):
         self.a, self.speed = args, speed
         self.fault = args.fault if args.fault_arm in (None, args.arm) else None
-        self.model = Model(args.arm, 1 if self.fault == "different_tokens" else 0)
+        corrupt = {"corrupt_verify": {"verify"}, "corrupt_prefill": {"prefill"}}.get(self.fault, set())
+        self.model = Model(args.arm, 1 if self.fault == "different_tokens" else 0, frozenset(corrupt))
+        self.accept_length = args.accept_length * (0.5 if self.fault == "low_accept" else 1.0)
         self.ready_at = time.monotonic() + args.startup_s
         self.started = time.time()
         self.draining = False
         self.lock = threading.Lock()
         self.inflight = 0
+        self.generate_count = 0
+        self.failing = False  # SIGUSR1: every /generate from now on answers 500 (live-traffic errors)
         self.cache: list[tuple[int, ...]] = []
-        self.stats = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "verify_ct": 0,
-                      "last_gen_throughput": 0.0, "last_accept_length": 0.0}
+        ranks = len(os.environ.get("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7").split(","))
+        self.ranks = ranks
+        self.metrics = Metrics(args.model_path, args.arm, ranks, plugin=not args.no_plugin)
+        self.stats = {"last_gen_throughput": 0.0, "last_accept_length": 0.0}
 
     def ready(self) -> bool:
         return not self.draining and time.monotonic() >= self.ready_at
@@ -111,23 +96,34 @@ class Emulator:
         max_new = int(sp.get("max_new_tokens", 128))
         ignore_eos = bool(sp.get("ignore_eos", False))
         cached = self.cached_prefix(ids)
+        if logprob.get("return_logprob") and logprob.get("logprob_start_len", -1) not in (None, -1):
+            # SGLang recomputes the positions whose input logprobs were asked for
+            cached = min(cached, int(logprob["logprob_start_len"]))
         self.sleep_ms((len(ids) - cached) / self.a.prefill_tok_s * 1000.0)
         ctx, out, lps, steps, finish = list(ids), [], [], 0, None
         slow = self.a.slow_factor if self.fault == "slower" else 1.0
+        ttft, last_t, itl = None, None, []
         while len(out) < max_new and finish is None:
             if out:  # the first token comes from prefill; later ones from verify steps
                 self.sleep_ms(self.speed.step_ms(len(ctx), self.a.arm) * slow)
                 steps += 1
-                want = min(max_new, 1 + int(steps * self.a.accept_length)) - len(out)
+                want = min(max_new, 1 + int(steps * self.accept_length)) - len(out)
+                path = "verify"
             else:
-                want = 1
+                want, path = 1, "prefill"
             new = []
             for _ in range(max(want, 1)):
-                tok, lp = self.model.top1(ctx)
+                tok, lp = self.model.top1(ctx, path)
                 new.append(tok), lps.append(lp), ctx.append(tok), out.append(tok)
                 if not ignore_eos and len(out) >= 4 and tok % 97 == 0:
                     finish = {"type": "stop", "matched": tok}
                     break
+            now_t = time.monotonic()
+            if ttft is None:
+                ttft = now_t - t0
+            elif last_t is not None:
+                itl += [(now_t - last_t) / len(new)] * len(new)
+            last_t = now_t
             if self.fault == "die_midstream" and streaming and len(out) >= max(2, max_new // 2):
                 os._exit(3)  # a crash, not a clean error: the client sees the socket drop
             emit(new, self.meta(rid, ids, out, cached, steps, None, t0))
@@ -136,14 +132,13 @@ class Emulator:
         if logprob.get("return_logprob"):
             meta.update(self.logprobs(ids, out, lps, logprob))
         self.remember(ids + out)
-        decode_s = time.monotonic() - t0
+        e2e = time.monotonic() - t0
+        throughput = len(out) / e2e if e2e > 0 else 0.0
+        accept = meta.get("spec_accept_length", 0.0)
+        self.metrics.finished(prompt=len(ids), generated=len(out), steps=steps, ttft=ttft or e2e, e2e=e2e,
+                              itl=itl, accept_length=accept, throughput=throughput)
         with self.lock:
-            self.stats["requests"] += 1
-            self.stats["prompt_tokens"] += len(ids)
-            self.stats["generation_tokens"] += len(out)
-            self.stats["verify_ct"] += steps
-            self.stats["last_gen_throughput"] = len(out) / decode_s if decode_s > 0 else 0.0
-            self.stats["last_accept_length"] = meta.get("spec_accept_length", 0.0)
+            self.stats.update(last_gen_throughput=throughput, last_accept_length=accept)
         return out, meta
 
     def meta(self, rid, ids, out, cached, steps, finish, t0) -> dict:
@@ -158,52 +153,51 @@ class Emulator:
         return m
 
     def logprobs(self, ids, out, lps, req) -> dict:
+        """SGLang's layout: logprob_start_len -1 (the default) means no input positions;
+        output_token_logprobs[0] from prefill, the rest from verify (compute_spec_logprobs)."""
         start = req.get("logprob_start_len", -1)
-        start = len(ids) if start is None or start < 0 else min(start, len(ids))
+        start = len(ids) if start is None or start < 0 else start
         top_n = int(req.get("top_logprobs_num", 0) or 0)
-        m = {"output_token_logprobs": [[lp, t, None] for lp, t in zip(lps, out)],
-             "input_token_logprobs": [[None if p == 0 else self.model.logprob(ids[:p], ids[p]), ids[p], None]
-                                      for p in range(start, len(ids))]}
+        m = {"output_token_logprobs": [[lp, t, None] for lp, t in zip(lps, out)], **input_logprobs(
+            self.model, ids, start, top_n)}
         if top_n:
-            def top(ctx):
-                t, lp = self.model.top1(ctx)
-                return [[lp, t, None]]
-            m["input_top_logprobs"] = [None if p == 0 else top(ids[:p]) for p in range(start, len(ids))]
-            m["output_top_logprobs"] = [top(ids + out[:i]) for i in range(len(out))]
+            m["output_top_logprobs"] = [[[lp, t, None]] for lp, t in zip(lps, out)]
         return m
 
     def server_info(self) -> dict:
         a = self.a
+        launch = f"python -m sglang.launch_server --port {a.port}" + (" --api-key " + a.api_key if a.api_key else "")
         return {
             "emulator": True,
             "emulator_note": "rollout.emulator: an HTTP stand-in whose decode speed is modelled from "
                              "recorded kernel measurements; no model runs here",
             "emulated_arm": a.arm, BACKEND_ENV: a.arm, "fault": self.fault, "time_scale": a.time_scale,
-            "speed_model": self.speed.describe(), "accept_length": a.accept_length,
+            "speed_model": self.speed.describe(), "accept_length": self.accept_length,
             "prefill_tok_s": a.prefill_tok_s,
             "model_path": a.model_path, "served_model_name": a.model_path, "attention_backend": "triton",
-            "page_size": 1, "tp_size": len(os.environ.get("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7").split(",")),
+            "page_size": 1, "tp_size": self.ranks,
             "context_length": 200000, "speculative_algorithm": "EAGLE",
             "speculative_num_draft_tokens": a.draft_tokens, "host": a.host, "port": a.port,
+            "enable_metrics": a.enable_metrics,
+            # SGLang returns every server arg, the key and the launch command included: a
+            # caller must keep only what it needs (rollout.endpoint_info.KEEP)
+            "api_key": a.api_key, "launch_command": launch,
             "version": "0.5.23 (emulated)", "startup_time": self.started,
             "internal_states": [{"avg_spec_accept_length": self.stats["last_accept_length"],
                                  "last_gen_throughput": self.stats["last_gen_throughput"],
                                  "memory_usage": {}, "effective_max_running_requests_per_dp": 1}],
         }
 
-    def metrics(self) -> str:
-        s, lab = self.stats, f'model_name="{self.a.model_path}",arm="{self.a.arm}"'
-        lines = ["# HELP mla_verify_emulator 1 when this endpoint is rollout.emulator, not SGLang",
-                 "# TYPE mla_verify_emulator gauge", f"mla_verify_emulator{{{lab}}} 1"]
-        for name, kind, val in [("num_running_reqs", "gauge", self.inflight), ("num_queue_reqs", "gauge", 0),
-                                ("gen_throughput", "gauge", s["last_gen_throughput"]),
-                                ("spec_accept_length", "gauge", s["last_accept_length"]),
-                                ("num_requests_total", "counter", s["requests"]),
-                                ("prompt_tokens_total", "counter", s["prompt_tokens"]),
-                                ("generation_tokens_total", "counter", s["generation_tokens"]),
-                                ("spec_verify_calls_total", "counter", s["verify_ct"])]:
-            lines += [f"# TYPE sglang:{name} {kind}", f"sglang:{name}{{{lab}}} {val}"]
-        return "\n".join(lines) + "\n"
+    def metrics_text(self) -> str:
+        return self.metrics.text(self.inflight, {"model_name": self.a.model_path, "arm": self.a.arm})
+
+    def allowed(self, path: str, authorization: str | None) -> bool:
+        """SGLang's rule for --api-key (utils/auth.py decide_request_auth, NORMAL endpoints):
+        health, readiness and metrics are open; everything else needs `Bearer <key>`."""
+        if not self.a.api_key or path.startswith(("/health", "/ready", "/metrics")):
+            return True
+        scheme, _, token = (authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(token, self.a.api_key)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -215,6 +209,7 @@ class Handler(BaseHTTPRequestHandler):
             sys.stderr.write("emulator: " + fmt % args + "\n")
 
     def _head(self, status: int, ctype: str, length: int | None = None):
+        self.emu.metrics.response(urlsplit(self.path).path, self.command, status)
         self.send_response(status)
         self.send_header(*EMULATOR_HEADER)
         self.send_header("Content-Type", ctype)
@@ -244,6 +239,8 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self, method: str):
         emu, path = self.emu, urlsplit(self.path).path
         try:
+            if not emu.allowed(path, self.headers.get("Authorization")):
+                return self._send(401, {"error": "Unauthorized"})
             if path in ("/health", "/health_generate"):
                 if emu.fault == "hang_health":
                     time.sleep(3600)  # never answers; the client's timeout and the deadline decide
@@ -260,8 +257,8 @@ class Handler(BaseHTTPRequestHandler):
                                         "preferred_sampling_params": None, "weight_version": "default",
                                         "model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"],
                                         "emulator": True})
-            if path == "/metrics":
-                return self._send(200, emu.metrics())
+            if path == "/metrics" and emu.a.enable_metrics:
+                return self._send(200, emu.metrics_text())
             if path == "/flush_cache":
                 if emu.inflight:
                     return self._send(400, "Cache not flushed: requests are running.\n")
@@ -271,6 +268,14 @@ class Handler(BaseHTTPRequestHandler):
             if not emu.ready():
                 return self._send(503, {"error": {"message": "server is starting or draining"}})
             if method == "POST" and path == "/generate":
+                with emu.lock:
+                    emu.generate_count += 1
+                    n = emu.generate_count
+                if emu.fault == "drop_request" and n == emu.a.drop_request:
+                    self.close_connection = True
+                    return self.connection.shutdown(2)  # no answer at all: the client sees a reset
+                if emu.failing or (emu.fault == "fail_after" and n > emu.a.fail_after):
+                    return self._send(500, {"error": {"message": "emulated internal error (fault fail_after)"}})
                 return self._generate(self._body())
             if method == "POST" and path == "/v1/completions":
                 return self._completions(self._body())
@@ -300,6 +305,11 @@ class Handler(BaseHTTPRequestHandler):
             raise ValueError("one of text or input_ids is required")
         if not ids or not all(isinstance(i, int) for i in ids):
             raise ValueError("batched or empty requests are not emulated: send one prompt")
+        start = req.get("logprob_start_len")
+        if req.get("return_logprob") and isinstance(start, int) and start > len(ids):
+            # SGLang aborts such a request with this message (scheduler.py)
+            raise ValueError(f"req.logprob_start_len={start} is higher than the number of input tokens "
+                             f"len(req.origin_input_ids)={len(ids)}. Please use a smaller logprob_start_len.")
         rid = req.get("rid") or uuid.uuid4().hex
         sp, stream = req.get("sampling_params") or {}, bool(req.get("stream"))
         all_out: list[int] = []
@@ -370,6 +380,7 @@ def serve(args) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: setattr(emu, "failing", True))
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     print(f"listening on http://{args.host}:{args.port} arm={args.arm} (emulator)", flush=True)
     stop.wait()
@@ -394,9 +405,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-tok-s", type=float, default=8000.0, help="assumed prefill speed, tokens/s")
     p.add_argument("--startup-s", type=float, default=0.0, help="real seconds of 503 before ready (weights, graphs)")
     p.add_argument("--drain-s", type=float, default=30.0, help="on SIGTERM, wait this long for in-flight requests")
-    p.add_argument("--fault", choices=FAULTS, default=None)
+    p.add_argument("--fault", choices=sorted(FAULTS), default=None,
+                   help="; ".join(f"{k}: {v}" for k, v in FAULTS.items()))
     p.add_argument("--fault-arm", choices=ARMS, default=None, help="apply --fault only when running as this arm")
     p.add_argument("--slow-factor", type=float, default=10.0, help="fault 'slower': decode steps take this many times longer")
+    p.add_argument("--drop-request", type=int, default=1, help="fault 'drop_request': which /generate (1-based)")
+    p.add_argument("--fail-after", type=int, default=0, help="fault 'fail_after': /generate requests that still work")
+    p.add_argument("--enable-metrics", action="store_true", help="serve /metrics (SGLang mounts it only with this flag)")
+    p.add_argument("--no-plugin", action="store_true", help="leave out the mla-verify plugin's metrics")
+    p.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` as SGLang does")
     p.add_argument("--model-path", default="emulated/Kimi-K2")
     p.add_argument("--verbose", action="store_true")
     return p
@@ -428,10 +445,11 @@ class EmulatorHandle:
 
 def start_emulator(arm: str, *, port: int = 0, data_dir="reports/data", time_scale: float = 1.0,
                    fault: str | None = None, extra_args: list[str] | None = None,
-                   ready_timeout: float = 30.0) -> EmulatorHandle:
+                   ready_timeout: float = 30.0, metrics: bool = True) -> EmulatorHandle:
     """Start `python -m rollout.emulator` as a child process and wait until it listens.
 
     A separate process, so fault 'die_midstream' kills the emulator and not the caller.
+    metrics: serve /metrics (the launch template always passes --enable-metrics).
     Raises RuntimeError with the emulator's stderr if it does not come up (no measurements,
     fault 'fail_start').
     """
@@ -440,7 +458,8 @@ def start_emulator(arm: str, *, port: int = 0, data_dir="reports/data", time_sca
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"fault must be one of {FAULTS} or None, got {fault!r}")
     argv = [sys.executable, "-m", "rollout.emulator", "--arm", arm, "--port", str(port), "--data-dir", str(data_dir),
-            "--time-scale", str(time_scale)] + (["--fault", fault] if fault else []) + list(extra_args or [])
+            "--time-scale", str(time_scale)] + (["--fault", fault] if fault else []) + \
+        (["--enable-metrics"] if metrics else []) + list(extra_args or [])
     log = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
     line: list[str] = []

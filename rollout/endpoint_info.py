@@ -11,12 +11,13 @@ KEEP = ("attention_backend", "page_size", "tp_size", "context_length", "speculat
         "time_scale", "fault", "speed_model", "accept_length")
 
 
-def describe(url: str, role: str, timeout: float = 30.0) -> dict:
+def describe(url: str, role: str, timeout: float = 30.0, api_key: str | None = None) -> dict:
     """{"url", "role", "emulated", "server_info": {...subset}}; emulated comes from the
-    X-Emulator header or server_info's "emulator" flag, never from the URL."""
-    status, headers, info = request(url, "GET", "/server_info", timeout=timeout)
+    X-Emulator header or server_info's "emulator" flag, never from the URL. Only the KEEP
+    fields are kept: SGLang's /server_info also returns api_key and launch_command."""
+    status, headers, info = request(url, "GET", "/server_info", timeout=timeout, api_key=api_key)
     if status != 200 or not isinstance(info, dict):
-        raise EndpointError(f"{url}/server_info: HTTP {status}")
+        raise EndpointError(f"{url}/server_info: HTTP {status}", url, transient=status >= 500, status=status)
     emulated = "x-emulator" in headers or bool(info.get("emulator"))
     return {"url": url, "role": role, "emulated": emulated,
             "server_info": {k: info[k] for k in KEEP if k in info}}

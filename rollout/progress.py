@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from rollout.redact import scrub
+
 
 class Progress:
     def __init__(self, stream=None, every_s: float = 10.0):
@@ -28,5 +30,5 @@ class Progress:
             self.stream.write("\r\033[K")
             self._live = False
         self._last = 0.0  # a new wait after a message shows at once
-        self.stream.write(msg + "\n")
+        self.stream.write(scrub(msg) + "\n")  # a known secret never reaches a terminal or a CI log
         self.stream.flush()

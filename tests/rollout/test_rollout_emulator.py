@@ -138,3 +138,29 @@ def test_sigterm_drains_in_flight_requests(data_dir):
         t.join(20)
         assert box["r"]["meta_info"]["completion_tokens"] == 20
         assert k.proc.wait(10) == 0
+
+
+def test_metrics_speak_sglangs_names_and_the_arm_contract(pair, data_dir):
+    """/metrics parses with Prometheus' own parser, carries SGLang's metric names, and the
+    plugin's arm series read by rollout.arm; without --enable-metrics there is none (404)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from rollout.arm import read_arm
+    from rollout.metrics_check import scrape
+    c, k = pair
+    post_json(c.url, "/generate", {"input_ids": list(range(1, 300)),
+                                   "sampling_params": {"max_new_tokens": 12, "ignore_eos": True}})
+    request(c.url, "POST", "/generate", {"sampling_params": {}})  # a 400, counted by endpoint and status
+    families = {f.name: f for f in text_string_to_metric_families(request(c.url, "GET", "/metrics")[2])}
+    for name in ("sglang:num_queue_reqs", "sglang:spec_accept_length", "sglang:http_responses",
+                 "sglang:e2e_request_latency_seconds", "sglang:inter_token_latency_seconds",
+                 "sglang:time_to_first_token_seconds", "sglang:num_aborted_requests", "mla_verify_backend_info"):
+        assert name in families, name
+    assert families["sglang:inter_token_latency_seconds"].type == "histogram"
+    codes = {s.labels["status_code"] for s in families["sglang:http_responses"].samples if s.labels["endpoint"] == "/generate"}
+    assert codes == {"200", "400"}
+    assert read_arm(c.url).arm == "flash" and read_arm(k.url).arm == "triton"
+    s = scrape(c.url)
+    assert s["responses"] == 2 and s["itl_count"] >= 4 and s["accept_length"] > 1
+    with start_emulator("flash", data_dir=data_dir, time_scale=TS, metrics=False) as bare:
+        assert request(bare.url, "GET", "/metrics")[0] == 404
+        assert "without --enable-metrics" in read_arm(bare.url).summary()

@@ -26,8 +26,8 @@ host = "gpu1"
 port = 30001
 gpus = [4, 5, 6, 7]
 launcher = "command"
-start = "kubectl exec {host} -- env {env} {launch}"
-stop = "kubectl exec {host} -- pkill -TERM -f 'port {port}'"
+start = ["kubectl", "exec", "{host}", "--", "env", "{env}", "{launch}"]
+stop = ["kubectl", "exec", "{host}", "--", "sglang-stop", "--port", "{port}", "--within", "{drain_s}"]
 [[group]]
 name = "c"
 host = "127.0.0.1"
@@ -81,9 +81,15 @@ BAD = [
     ("unknown launcher", lambda s: s.replace('launcher = "local"', 'launcher = "docker"'), "c", "launcher"),
     ("systemd without unit", lambda s: s.replace('unit = "sglang-{name}@{backend}.service"\n', ""), "a", "unit"),
     ("systemd unit without backend", lambda s: s.replace("@{backend}", ""), "a", "unit"),
-    ("command without stop", lambda s: s.replace("stop = \"kubectl exec {host} -- pkill -TERM -f 'port {port}'\"\n", ""),
+    ("command without stop", lambda s: s.replace(s[s.index("stop = ["):s.index("\n", s.index("stop = [")) + 1], ""),
      "b", "stop"),
     ("command unknown placeholder", lambda s: s.replace("{launch}", "{lanch}"), "b", "start"),
+    ("command shell string", lambda s: s.replace('start = ["kubectl", "exec", "{host}", "--", "env", "{env}", "{launch}"]',
+                                                 "start = \"ssh {host} 'env {env} {launch}'\""), "b", "start"),
+    ("command launch inside an item", lambda s: s.replace('"env", "{env}", "{launch}"]', '"sh", "-c", "env {env} {launch}"]'),
+     "b", "start"),
+    ("name with a slash", lambda s: s.replace('name = "c"', 'name = "../c"'), "../c", "name"),
+    ("ssh destination that is an option", lambda s: s.replace('ssh = "ops@gpu1"', 'ssh = "-oProxyCommand=x"'), "a", "ssh"),
     ("field of another launcher", lambda s: s.replace('launcher = "local"', 'launcher = "local"\nunit = "x@{backend}"'),
      "c", "unit"),
     ("unknown field", lambda s: s.replace("gpus = [0, 1]", "gpus = [0, 1]\ngpu_ids = [0]"), "c", "gpu_ids"),
@@ -112,6 +118,10 @@ def test_bad_inventory_names_file_group_field(tmp_path, case, transform, group, 
     ("[launch]\nmodel = 'x'\n", "[launch]", "model"),
     ("[rollout]\ncanary = 'zz'\n" + GOOD.split("[launch]")[1].split("\n", 3)[3], "[rollout]", "canary"),
     ("[rollout]\n", "", "group"),
+    ("[rollout]\nmax_unavailable = 3\n" + GOOD.split("[launch]")[1].split("\n", 3)[3], "[rollout]", "max_unavailable"),
+    ("[rollout]\nmax_unavailable = 0\n" + GOOD.split("[launch]")[1].split("\n", 3)[3], "[rollout]", "max_unavailable"),
+    ("[auth]\napi_key_env = 'K'\napi_key_file = 'f'\n" + GOOD, "[auth]", "api_key_file"),
+    ("[auth]\napi_key = 'sk-123'\n" + GOOD, "[auth]", "api_key"),
 ])
 def test_bad_tables_name_file_table_field(tmp_path, text, where, field):
     path = write(tmp_path, text)
