@@ -19,7 +19,9 @@ For a flash target backend with dcp_size > 1 the plugin replaces, on that backen
   compacted, into buffers sized once: eager and CUDA-graph replay refill them in place,
   outside the graph, so the captured layers read fixed addresses.
 The model side (`DeepseekMLAForwardMixin.is_dcp_mla_decode_phase`, hooked by the plugin) must
-then hand the backend the rank's own heads: see `keeps_local_heads`.
+then hand the backend the rank's own heads: see `keeps_local_heads`. After the verify, the
+accepted path's KV is moved with the DCP-aware `dcp_kv_move.move_widened` (the pool's own move
+ignores the sharding).
 
 Nothing in the per-layer call allocates or syncs with the host except SGLang's collectives,
 which allocate their outputs as they do in SGLang's own DCP graphs.
@@ -31,7 +33,7 @@ import types
 import torch
 
 from ..checks import HEAD_DIM, V_DIM
-from . import adapter, metrics
+from . import adapter, dcp_kv_move, metrics
 from .dcp_merge import merge_into
 
 # Set when a target backend in this process runs the DCP verify path (read by the model hook).
@@ -279,6 +281,8 @@ def install(backend) -> DcpVerify:
     backend._set_kv_buffer = _set_kv_buffer
     backend.init_forward_metadata = init_forward_metadata
     backend.init_forward_metadata_out_graph = init_forward_metadata_out_graph
+    # the accepted tree path's KV moves between widened slots, often across ranks (dcp_kv_move.py)
+    dcp_kv_move.install(backend.token_to_kv_pool, group)
     backend.mla_verify_dcp = state
     _installed = True
     return state

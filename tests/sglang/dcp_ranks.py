@@ -11,6 +11,7 @@ slots). Kinds:
   triton-verify  TARGET_VERIFY on SGLang's own arm (save_kv_cache as the job says): the error it raises
   flash-extend-write  an EXTEND with its KV write on the flash arm: the pool rows written
   sglang-merge   SGLang's cp_lse_ag_out_rs_mha on seeded partials (merge_inputs): this rank's result
+  flash-accept   a tree verify, then SGLang's accept move of each request's path (accept_paths)
 """
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ def _run(job, rank, world):
     if kind == "sglang-merge":
         return _sglang_merge(job, rank, world)
     case = case_of(job, world)
+    if kind == "flash-accept":
+        return _accept(job, case, rank, world)
     if kind in ("flash-verify", "flash-graph", "flash-extend-write"):
         ops = CpuOps()
         adapter.use_ops(ops)
@@ -88,6 +91,67 @@ def _run(job, rank, world):
             return {"error": f"{type(e).__name__}: {e}"}
         return {"error": None}
     raise ValueError(f"job kind: unknown {kind!r}")
+
+
+def accept_paths(case) -> list[list[int]]:
+    """Per request, the accepted draft path of the verify: root to a deepest node."""
+    from kernel.sglang.dcp_harness import depths
+
+    paths = []
+    for parents in case.meta["parents"]:
+        d = depths(parents)
+        node, path = d.index(max(d)), []
+        while node >= 0:
+            path.append(node)
+            node = parents[node]
+        paths.append(path[::-1])
+    return paths
+
+
+def _accept(job, case, rank, world):
+    """Verify a tree on the flash arm (its draft rows written), then SGLang's accept move
+    (move_accept_tokens_to_target_kvcache) of each request's path: first with SGLang's own
+    MLATokenToKVPool.move_kv_cache (its outcome), then, from the same pool, with the plugin's."""
+    import types
+
+    from cpu_ops import CpuOps
+    from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
+    from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
+
+    from kernel.sglang import adapter
+
+    adapter.use_ops(CpuOps())
+    h = _harness(job, rank, world, arm="flash")
+    h.run_eager(case)
+    T = case.meta["draft_lens"][0]
+    paths = accept_paths(case)
+    width = max(len(p) for p in paths)
+    accept_index = torch.tensor([[b * T + n for n in p] + [-1] * (width - len(p)) for b, p in enumerate(paths)],
+                                dtype=torch.int32)
+    correct = torch.tensor([len(p) - 1 for p in paths], dtype=torch.int32)
+    loc = h._draft_slots(case.q.shape[0])
+    batch = types.SimpleNamespace(seq_lens=torch.tensor(case.meta["prefix_lens"]), out_cache_loc=loc)
+    pool = h.pool
+    saved = [buf.clone() for buf in pool.kv_buffer]
+
+    def move():
+        move_accept_tokens_to_target_kvcache(batch, accept_index, correct,
+                                             types.SimpleNamespace(get_kvcache=lambda: pool))
+
+    front = torch.cat([loc[b * T:b * T + len(p)] for b, p in enumerate(paths)])
+    mine = front[front % world == rank]
+    sglang_own = pool.move_kv_cache
+    pool.move_kv_cache = types.MethodType(MLATokenToKVPool.move_kv_cache, pool)
+    try:
+        move()
+        sglang = {"rows": pool.kv_buffer[0][mine // world].float()}
+    except Exception as e:
+        sglang = {"error": f"{type(e).__name__}: {e}"}
+    pool.move_kv_cache = sglang_own
+    for buf, s in zip(pool.kv_buffer, saved):
+        buf.copy_(s)
+    move()
+    return {"rows": pool.kv_buffer[0][mine // world].float(), "slots": mine, "sglang": sglang}
 
 
 def merge_inputs(job: dict, world: int):

@@ -43,6 +43,7 @@ GRAPH = {2: (dict(prefix_lens=[40, 9], seed=10), dict(prefix_lens=[61, 3, 17], s
          4: (dict(prefix_lens=[33, 2], seed=12, page_size=64), dict(prefix_lens=[3, 80, 1], seed=13, page_size=64))}
 EVIDENCE = dict(prefix_lens=[37, 5], tree="random", seed=14)
 MERGE = dict(tokens=6, heads=2, seed=15)
+ACCEPT = dict(prefix_lens=[37, 6, 11], tree="random", seed=21)
 
 
 def _jobs(world):
@@ -56,7 +57,8 @@ def _jobs(world):
     jobs += [dict(name="triton-write", kind="triton-verify", case=EVIDENCE),
              dict(name="triton-nowrite", kind="triton-verify", case=EVIDENCE, save_kv_cache=False),
              dict(name="kv-write", kind="flash-extend-write", case=dict(prefix_lens=[20, 7], tree="chain", seed=16)),
-             dict(name="merge", kind="sglang-merge", **MERGE)]
+             dict(name="merge", kind="sglang-merge", **MERGE),
+             dict(name="accept", kind="flash-accept", case=ACCEPT)]
     return jobs
 
 
@@ -153,3 +155,22 @@ def test_sglang_collective_merge_is_the_simulated_merge(group):
     for rank, r in enumerate(_result(results, "merge")):
         assert torch.allclose(r["out"], sim[rank][0], rtol=1e-5, atol=1e-5)
         assert torch.allclose(r["lse"], sim[rank][1], rtol=1e-5, atol=1e-5)
+
+
+def test_accepted_tree_path_moves_to_the_front_slots_across_ranks(group):
+    # After a tree verify SGLang's accept path (move_accept_tokens_to_target_kvcache) moves each
+    # accepted node's row to its request's front slot with widened ids: the pool's own move
+    # indexes the rank's rows with them (here past the pool), the plugin's moves across ranks.
+    world, results = group
+    case = dcp_ranks.case_of(dict(case=ACCEPT), world)
+    T, paths = case.meta["draft_lens"][0], dcp_ranks.accept_paths(case)
+    assert any(p != list(range(len(p))) for p in paths)     # some node really moves
+    widened = 4096 * world
+    loc = torch.arange(widened - case.q.shape[0], widened)
+    front = torch.cat([loc[b * T:b * T + len(p)] for b, p in enumerate(paths)])
+    node = torch.tensor([b * T + n for b, p in enumerate(paths) for n in p])
+    for rank, r in enumerate(_result(results, "accept")):
+        mine = front % world == rank
+        assert torch.equal(r["slots"], front[mine])
+        assert torch.equal(r["rows"], case.k_extend[node[mine]].float())
+        assert r["sglang"].get("error", "").startswith("IndexError"), r["sglang"]
