@@ -130,8 +130,6 @@ class DcpVerify:
         self.tree_indptr = self._reqs * (self.T * self.T)
         self.no_draft = torch.zeros(self.T * (self.shard + self.T), **u8)
         self.no_draft_indptr = torch.zeros(self.max_bs + 1, **i64)
-        rows = torch.arange(self.T, **i64)
-        self._row, self._col = rows.view(1, self.T, 1), rows.view(1, 1, self.T)
         self.has_tree = False
         self.bs = None
 
@@ -148,11 +146,7 @@ class DcpVerify:
                                      self.kv_indices)
         self.has_tree = md.custom_mask is not None
         if self.has_tree:
-            mask = md.custom_mask.view(torch.uint8) if md.custom_mask.dtype == torch.bool else md.custom_mask
-            S = forward_batch.seq_lens[:bs].to(torch.int64).view(bs, 1, 1)
-            # draft block of request b in FULL_MASK: row i at mask_indptr[b] + i * (S_b + T) + S_b
-            idx = md.mask_indptr[:bs].view(bs, 1, 1) + S + (S + T) * self._row[:, :T] + self._col[:, :, :T]
-            torch.index_select(mask, 0, idx.view(-1), out=self.tree[:bs * T * T])
+            compact_tree(md.custom_mask, md.mask_indptr, forward_batch.seq_lens, bs, T, self.tree)
             torch.mul(self._reqs, T * T, out=self.tree_indptr)
         self.bs, self.t = bs, T
 
@@ -217,6 +211,17 @@ class DcpVerify:
             pool.set_mla_kv_buffer(layer, loc_info, k[..., :V_DIM], k[..., V_DIM:])
             return
         original(forward_batch, layer, loc_info, k, v, k_scale, v_scale)
+
+
+def compact_tree(custom_mask, mask_indptr, seq_lens, bs: int, T: int, out: torch.Tensor) -> torch.Tensor:
+    """The T x T draft blocks of a FULL_MASK (request b: row-major [T, S_b + T] at
+    mask_indptr[b], S_b = seq_lens[b]) into out[:bs * T * T] (uint8), request-major; on the device."""
+    mask = custom_mask.view(torch.uint8) if custom_mask.dtype == torch.bool else custom_mask
+    S = seq_lens[:bs].to(torch.int64).view(bs, 1, 1)
+    r = torch.arange(T, dtype=torch.int64, device=mask.device)
+    # row i of request b's draft block starts at mask_indptr[b] + i * (S_b + T) + S_b
+    idx = mask_indptr[:bs].view(bs, 1, 1) + S + (S + T) * r.view(1, T, 1) + r.view(1, 1, T)
+    return torch.index_select(mask, 0, idx.view(-1), out=out[:bs * T * T])
 
 
 def _unsupported(q, k, layer, logits_soft_cap, sinks, k_buffer, heads_all, causal) -> str | None:
