@@ -89,7 +89,10 @@ def reserve_scratch(device, tokens: int, heads: int, heads_all: int) -> _Scratch
     """Scratch for `tokens` query tokens on `device` (grows, never frees). Outside capture."""
     if tokens < 1 or heads < 1 or heads_all < heads:
         raise ValueError(f"reserve_scratch: tokens={tokens}, heads={heads}, heads_all={heads_all}")
-    key = (torch.device(device), heads, heads_all)
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:   # tensors report cuda:N; key the same way
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = (device, heads, heads_all)
     have = _scratch.get(key)
     if have is None or not have.fits(tokens, heads, heads_all):
         if have is not None:

@@ -1,8 +1,9 @@
 """Strict `flash`: refuse to start a server whose TARGET_VERIFY cannot reach the kernel.
 
-SGLang reaches the plugin's kernel at exactly one call site, the verify fast path in
+SGLang reaches the plugin's kernel at one call site, the verify fast path in
 `TritonAttnBackend.forward_extend` (../shared/reading/audit-2026-12-01/sglang-plugin.md,
-item 2). A server configured so that TARGET_VERIFY never gets there would log that the
+item 2), and under `--dcp-size` > 1 through the plugin's DCP path (dcp_verify.py), which
+replaces `_forward_extend_dcp` for TARGET_VERIFY. A server configured so that TARGET_VERIFY never gets there would log that the
 kernel runs and still serve every verify with SGLang's kernel: an A/B of triton against
 triton. Each such configuration is known before any weight is loaded, so with
 MLA_VERIFY_BACKEND=flash the server stops instead, with one line that names the setting

@@ -10,6 +10,7 @@ slots). Kinds:
                  as a causal EXTEND after the prefix, float32, Triton interpreter
   triton-verify  TARGET_VERIFY on SGLang's own arm (save_kv_cache as the job says): the error it raises
   flash-extend-write  an EXTEND with its KV write on the flash arm: the pool rows written
+  triton-extend  the same EXTEND on SGLang's own arm: the error it raises
   sglang-merge   SGLang's cp_lse_ag_out_rs_mha on seeded partials (merge_inputs): this rank's result
   flash-accept   a tree verify, then SGLang's accept move of each request's path (accept_paths)
 """
@@ -64,7 +65,9 @@ def _run(job, rank, world):
         adapter.use_ops(ops)
         h = _harness(job, rank, world, arm="flash")
         if kind == "flash-verify":
-            return {"out": h.run_eager(case).float(), "kernel_calls": len(ops.calls)}
+            adapter.calls.clear()
+            out = h.run_eager(case).float()
+            return {"out": out, "kernel_calls": len(ops.calls), "flash_calls": adapter.calls["flash"]}
         if kind == "flash-graph":
             first = h.capture(case, graph_bs=4).float()
             ptrs = [c["kv_indices"].data_ptr() for c in ops.calls]
@@ -79,6 +82,13 @@ def _run(job, rank, world):
     if kind == "sglang-extend":
         h = _harness(job, rank, world, arm="triton", dtype=torch.float32)
         return {"out": h.run_extend(case)}
+    if kind == "triton-extend":
+        h = _harness(job, rank, world, arm="triton")
+        try:
+            h.run_extend(case, save_kv_cache=True)
+        except Exception as e:
+            return {"error": f"{type(e).__name__}: {e}"}
+        return {"error": None}
     if kind == "triton-verify":
         h = _harness(job, rank, world, arm="triton")
         fb = h._load(case)

@@ -57,6 +57,7 @@ def _jobs(world):
     jobs += [dict(name="triton-write", kind="triton-verify", case=EVIDENCE),
              dict(name="triton-nowrite", kind="triton-verify", case=EVIDENCE, save_kv_cache=False),
              dict(name="kv-write", kind="flash-extend-write", case=dict(prefix_lens=[20, 7], tree="chain", seed=16)),
+             dict(name="triton-extend", kind="triton-extend", case=dict(prefix_lens=[20, 7], tree="chain", seed=16)),
              dict(name="merge", kind="sglang-merge", **MERGE),
              dict(name="accept", kind="flash-accept", case=ACCEPT)]
     return jobs
@@ -87,8 +88,10 @@ def test_trees_equal_the_single_rank_oracle(group):
         got = _side_by_side(results, name)
         assert torch.isfinite(got).all(), name
         assert rel_err(got, oracle(case)) < BF16_TOL, name
-        # two kernel calls per layer on every rank: the draft block and the prefix shard
+        # two kernel calls per layer on every rank: the draft block and the prefix shard; the
+        # layer counts as one call of the flash arm (adapter.calls, mla_verify_kernel_calls_total)
         assert [r["kernel_calls"] for r in _result(results, name)] == [2] * world, name
+        assert [r["flash_calls"] for r in _result(results, name)] == [1] * world, name
 
 
 def test_a_rank_with_an_empty_shard_contributes_nothing_and_breaks_nothing(group):
@@ -133,6 +136,9 @@ def test_sglang_own_arm_cannot_verify_under_dcp(group):
                               "'dcp_kv_mask'")
     for r in _result(results, "triton-nowrite"):
         assert r["error"] == "NotImplementedError: DCP Triton extend does not support custom masks"
+    # the same write in every extend that carries a prefix on the MLA path (chunked prefill)
+    for r in _result(results, "triton-extend"):
+        assert "unexpected keyword argument 'dcp_kv_mask'" in r["error"]
 
 
 def test_kv_write_lands_on_the_owner_rank_at_row_slot_over_n(group):
