@@ -195,6 +195,8 @@ class DcpVerify:
 
         s.prefix_f32.copy_(s.prefix_out)
         p_out, p_lse = cp_lse_ag_out_rs_mha(s.prefix_f32, s.prefix_lse, self.group, return_lse=True)
+        # one output buffer for every layer, as SGLang's own `_attn_output` reuse: the model reads
+        # it (w_vc, o_proj) before the next layer's attention writes it again
         out = getattr(forward_batch, "_attn_output", None)
         out = s.out if out is None else out
         merge_into(out.view(n, heads, V_DIM), p_out, p_lse, s.draft_out, s.draft_lse, s.tmp[0], s.tmp[1], s.tmp[2],
