@@ -154,7 +154,7 @@ class Harness:
         S, T = case.meta["prefix_lens"], case.meta["draft_lens"]
         if any(t != self.draft for t in T):
             raise ValueError(f"draft_lens: SGLang verifies {self.draft} tokens per request, got {T}")
-        bs, N, P = len(S), sum(T), self.page_size
+        bs, N = len(S), sum(T)
         if bs > self.max_bs or (pad_to or 0) > self.max_bs:
             raise ValueError(f"case: {bs} requests (padded to {pad_to}) exceed the request pool of {self.max_bs}")
         dev = self.device
