@@ -18,6 +18,8 @@
 - sglang-backend: SGLang's real TritonAttnBackend with the plugin through its hook, CUDA graphs
   of 61 layers, both arms, memcheck (kernel/sglang/backend_check.py). Not in the default
   stages: needs the sglang bundle on PYTHONPATH (python -m kernel.sglang.device_bundle).
+- dcp-sim: decode context parallelism simulated on one GPU, N = 2, 4, 8 ranks at S = 185k
+  (kernel/sglang/dcp_sim.py). Not in the default stages: needs the sglang bundle too.
 Timings: median over repeats of CUDA-event-timed CUDA-graph replays (slow calls: timed one
 by one), after warm-up, rotating input copies so L2 does not serve repeats.
 """
@@ -43,7 +45,7 @@ from .ops import TIERS, verify_attention
 
 
 
-STAGES = ("validate", "graph", "stream", "mma", "full", "bench", "integration", "sglang-backend", "once")
+STAGES = ("validate", "graph", "stream", "mma", "full", "bench", "integration", "sglang-backend", "dcp-sim", "once")
 
 
 def main(argv=None) -> int:
@@ -53,7 +55,7 @@ def main(argv=None) -> int:
                     help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
     ap.add_argument("--stages", default="validate,graph,stream,mma,full,bench,integration",
                     help="comma-separated: validate, graph, stream, mma, full (microbenchmarks), bench, "
-                         "integration, sglang-backend, once")
+                         "integration, sglang-backend, dcp-sim, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
     ap.add_argument("--quick", action="store_true", help="a short benchmark (centre and 16k, T <= 64)")
     ap.add_argument("--tol", type=float, default=1e-2)
@@ -111,6 +113,11 @@ def main(argv=None) -> int:
         (out / f"sglang-backend-{tag}-{stamp}.json").write_text(json.dumps(res_b, indent=1))
         summary.append(f"sglang-backend: {len(res_b['cases'])} cases, all_pass={res_b['all_pass']}, "
                        f"{res_b['seconds']:.0f} s")
+    if "dcp-sim" in stages:
+        from .sglang.dcp_sim import run as run_dcp_sim, summary_lines
+        res_d = dict(info, **run_dcp_sim(log=log))
+        (out / f"dcp-sim-{tag}-{stamp}.json").write_text(json.dumps(res_d, indent=1))
+        summary += summary_lines(res_d)
     if "once" in stages:   # a single centre-point call, for a profiler to attach to
         c = make_case([185000], [8], 8, tree="ddtree", layout="scattered", seed=77, device="cuda")
         for _ in range(3):

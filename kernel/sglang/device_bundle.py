@@ -17,10 +17,11 @@ SGLang, no sgl_kernel, and no network. The folder holds:
   (the code itself comes from the repository root, the working directory there);
 - BUNDLE.json: what is in it and how big. The whole must stay under SIZE_LIMIT (a device
   call carries 64 MiB in all).
-The probe runs, in a subprocess of this venv, what the GPU check runs (kernel.sglang.backend_check
-on tiny CPU cases, with torch told CUDA is present so SGLang's CUDA-only import branches run,
-and the stand-ins on the path), and records every module and distribution it imported, and any
-stand-in that was called (which would fail on the GPU: the build refuses).
+The probe runs, in a subprocess of this venv, what the GPU checks run (kernel.sglang.backend_check
+and stage dcp-sim's kernel.sglang.dcp_sim, on tiny CPU cases), with torch told CUDA is present so
+SGLang's CUDA-only import branches run, and the stand-ins on the path, and records every module
+and distribution it imported, and any stand-in that was called (which would fail on the GPU: the
+build refuses).
 """
 from __future__ import annotations
 
@@ -145,6 +146,11 @@ def probe(out_path: str) -> None:
                                   replay=(40,), control=True, layers=2)
         backend_check.run_case(spec, model_dir, device="cpu", cuda_graph=False, timing=False)
     backend_check.adaptive_scratch(model_dir, device="cpu", cuda_graph=False)
+    # stage dcp-sim: SGLang's DCP sharding helpers (timing and the float64 oracle need no SGLang)
+    from . import dcp_sim
+
+    dcp_sim.run(S=64, T=4, heads_per_rank=2, ranks=(2,), device="cpu", ops=adapter.ops(), timing=False,
+                oracle=False, log=lambda m: None)
     import sgl_kernel
     import sglang
     import triton

@@ -38,15 +38,17 @@ def speculative_settings(draft_tokens: int) -> dict:
                 speculative_num_draft_tokens=draft_tokens)
 
 
-def publish_server_args(model_dir, *, device: str, draft_tokens: int = DRAFT, page_size: int = 1) -> None:
+def publish_server_args(model_dir, *, device: str, draft_tokens: int = DRAFT, page_size: int = 1, ranks=None,
+                        **fields) -> None:
     """Publish the ServerArgs a TARGET_VERIFY scheduler of this deployment would have (what
-    TritonAttnBackend reads through runtime_context): triton, EAGLE, `draft_tokens` per request."""
+    TritonAttnBackend reads through runtime_context): triton, EAGLE, `draft_tokens` per request;
+    `fields` are further ServerArgs fields (tp_size, dcp_size), `ranks` this process's SpawnRanks."""
     from sglang.srt import runtime_context
     from sglang.srt.server_args import ServerArgs
 
     runtime_context.publish(ServerArgs(model_path=str(model_dir), device=device, attention_backend="triton",
-                                       page_size=page_size, **speculative_settings(draft_tokens)),
-                            role="scheduler")
+                                       page_size=page_size, **speculative_settings(draft_tokens), **fields),
+                            role="scheduler", ranks=ranks)
 
 
 @contextlib.contextmanager
@@ -84,7 +86,7 @@ class Harness:
 
     def __init__(self, *, heads=8, page_size=1, dtype=torch.bfloat16, kv_dtype=None, draft_worker=False,
                  arch=None, sliding_window_size=None, layers=1, draft=DRAFT, max_bs=MAX_BS, context=CONTEXT,
-                 pool_slots=POOL_SLOTS, device="cpu", arm=None):
+                 pool_slots=POOL_SLOTS, device="cpu", arm=None, total_heads=None):
         import transformers
         from sglang.srt.configs.model_config import AttentionArch
         from sglang.srt.layers.radix_attention import RadixAttention
@@ -95,7 +97,8 @@ class Harness:
         self.draft, self.max_bs, self.pool_slots, self.device = draft, max_bs, pool_slots, torch.device(device)
         kv_dtype = kv_dtype or dtype
         model_config = types.SimpleNamespace(
-            attention_arch=AttentionArch.MLA if arch is None else arch, get_max_num_attention_heads=lambda: heads,
+            attention_arch=AttentionArch.MLA if arch is None else arch,
+            get_max_num_attention_heads=lambda: total_heads or heads,  # the model's, before attention TP
             get_num_kv_heads=lambda tp, dcp=1: 1, qk_nope_head_dim=128, qk_rope_head_dim=64,
             v_head_dim=V_DIM, swa_v_head_dim=None, context_len=context, head_dim=HEAD_DIM,
             is_encoder_decoder=False, kv_lora_rank=V_DIM, linear_attn_registry_result=None,
@@ -151,25 +154,13 @@ class Harness:
         S, T = case.meta["prefix_lens"], case.meta["draft_lens"]
         if any(t != self.draft for t in T):
             raise ValueError(f"draft_lens: SGLang verifies {self.draft} tokens per request, got {T}")
-        bs, N, P = len(S), sum(T), self.page_size
+        bs, N = len(S), sum(T)
         if bs > self.max_bs or (pad_to or 0) > self.max_bs:
             raise ValueError(f"case: {bs} requests (padded to {pad_to}) exceed the request pool of {self.max_bs}")
-        slots = case.kv_cache.shape[0]
-        if slots + (pad_to or bs) * self.draft + P > self.pool_slots:
-            raise ValueError(f"case pool of {slots} slots does not fit pool_slots={self.pool_slots}")
         dev = self.device
         owned = case.kv_indices.to(dev)
-        g = torch.Generator(device=dev).manual_seed(2000 + seed)
-        for layer in range(self.layers):
-            buf = self.layer_pool(layer)
-            buf.fill_(float("nan"))  # unowned slots poison any stray read
-            if layer == 0:
-                buf[:slots] = case.kv_cache.to(device=dev, dtype=buf.dtype)
-            elif owned.numel():
-                buf[owned] = torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev).to(buf.dtype)
-        # Draft tokens get free slots at the end of the pool, as the spec worker allocates them.
-        draft_slots = torch.arange(self.pool_slots - (pad_to or bs) * self.draft, self.pool_slots,
-                                   dtype=torch.int64, device=dev)
+        self._fill_pools(case, (pad_to or bs) * self.draft, seed)
+        draft_slots = self._draft_slots((pad_to or bs) * self.draft)
         r2t = self.req_to_token_pool.req_to_token
         r2t.zero_()
         kvp = case.kv_indptr.tolist()
@@ -199,6 +190,25 @@ class Harness:
             spec_info=spec_info, out_cache_loc=out_cache_loc, out_cache_loc_is_physical=False, encoder_lens=None,
             mha_one_shot=False, attn_attend_prefix_cache=False, extend_seq_lens_cpu=[self.draft] * bs,
             mha_return_lse=False, positions=None)
+
+    def _fill_pools(self, case, draft_tokens: int, seed: int) -> None:
+        """Every layer's pool: the case's rows (layer 0) or seeded random rows at its slots."""
+        slots, dev = case.kv_cache.shape[0], self.device
+        if slots + draft_tokens + self.page_size > self.pool_slots:
+            raise ValueError(f"case pool of {slots} slots does not fit pool_slots={self.pool_slots}")
+        owned = case.kv_indices.to(dev)
+        g = torch.Generator(device=dev).manual_seed(2000 + seed)
+        for layer in range(self.layers):
+            buf = self.layer_pool(layer)
+            buf.fill_(float("nan"))  # unowned slots poison any stray read
+            if layer == 0:
+                buf[:slots] = case.kv_cache.to(device=dev, dtype=buf.dtype)
+            elif owned.numel():
+                buf[owned] = torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev).to(buf.dtype)
+
+    def _draft_slots(self, n: int) -> torch.Tensor:
+        """Free slots at the end of the pool for n draft tokens, as the spec worker allocates them."""
+        return torch.arange(self.pool_slots - n, self.pool_slots, dtype=torch.int64, device=self.device)
 
     def _forward(self, backend, fb, qs, ks):
         """Every layer's forward_extend, as RadixAttention hands it over; [N, H, 512] each."""

@@ -8,7 +8,10 @@ worker, detokenizer) and calls `register()` through the entry point in pyproject
   reached only through the existing verify fast-path call site in `forward_extend`,
   which falls back to `extend_attention_fwd` whenever the adapter returns False;
 - `ServerArgs.resolve_once`: the strict checks (strict.py) on the resolved configuration,
-  in the launcher before it spawns anything and again in every scheduler process.
+  in the launcher before it spawns anything and again in every scheduler process;
+- `DeepseekMLAForwardMixin.is_dcp_mla_decode_phase`: under `--dcp-size` > 1 with `flash`, a
+  TARGET_VERIFY layer on the triton backend keeps its own heads and leaves the cross-rank
+  merge to the backend (dcp_verify.py), where the plugin's DCP path does it.
 
 The switch, read in each server process:
   MLA_VERIFY_BACKEND=flash   our kernel (the candidate)
@@ -31,7 +34,7 @@ import torch
 
 from .. import build
 from . import adapter as sglang_adapter
-from . import metrics, strict
+from . import dcp_verify, metrics, strict
 from .strict import StrictFlashError
 from .version import check_sglang_version
 
@@ -41,6 +44,8 @@ ENV = strict.ENV
 CHOICES = ("flash", "triton")
 HOOK_TARGET = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend.__init__"
 RESOLVE_TARGET = "sglang.srt.server_args.ServerArgs.resolve_once"
+DCP_PHASE_TARGET = ("sglang.srt.models.deepseek_common.attention_forward_methods.forward_mla."
+                    "DeepseekMLAForwardMixin.is_dcp_mla_decode_phase")
 
 _registered = False
 
@@ -81,10 +86,14 @@ def install(backend) -> bool:
     if device.type == "cuda":
         # Sized once here, before any CUDA-graph capture; calls inside capture only look it up.
         m.get_workspace(device)
-    sglang_adapter.reserve_lse(device, backend.req_to_token_pool.size * backend.target_verify_num_tokens_per_req,
-                               backend.num_head)
-    backend.use_verify_shared_kv = True
-    backend.verify_shared_kv_fwd = torch.compiler.disable(sglang_adapter.verify_fwd)
+    if getattr(backend, "dcp_size", 1) > 1:
+        # forward_extend sends every DCP extend to _forward_extend_dcp before the verify call site
+        dcp_verify.install(backend)
+    else:
+        sglang_adapter.reserve_lse(device, backend.req_to_token_pool.size * backend.target_verify_num_tokens_per_req,
+                                   backend.num_head)
+        backend.use_verify_shared_kv = True
+        backend.verify_shared_kv_fwd = torch.compiler.disable(sglang_adapter.verify_fwd)
     backend.mla_verify_backend = "flash"
     metrics.publish_backend("flash", device, kernel_hash=build.source_hash())
     logger.info("mla-verify: %s=flash, TARGET_VERIFY on %s runs the mla-verify kernel %s", ENV, device,
@@ -96,16 +105,26 @@ def _after_backend_init(_result, backend, *args, **kwargs):
     install(backend)
 
 
+def _after_dcp_phase(result, attn_module, forward_batch, *args, **kwargs):
+    if result and dcp_verify.keeps_local_heads(attn_module, forward_batch):
+        return False
+    return None
+
+
 def _after_resolve(_result, server_args, *args, **kwargs):
     if selected_backend() != "flash":
         return
     # SGLang applies each hook in its own try and only logs a failure: this hook running
     # proves nothing about the other, so look at the backend's __init__ itself.
-    owner, attr = HOOK_TARGET.rsplit(".", 1)
-    if getattr(pkgutil.resolve_name(owner).__dict__.get(attr), "__wrapped__", None) is None:
-        raise StrictFlashError(f"mla-verify: {ENV}=flash, but the hook on {HOOK_TARGET} was not applied (see "
-                               "SGLang's 'Failed to apply hooks' log line), so no backend would install the "
-                               f"kernel; fix: that error; or {ENV}=triton for SGLang's own path")
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    targets = [HOOK_TARGET] + ([DCP_PHASE_TARGET] if (resolving_view(server_args).dcp_size or 1) > 1 else [])
+    for target in targets:
+        owner, attr = target.rsplit(".", 1)
+        if getattr(pkgutil.resolve_name(owner).__dict__.get(attr), "__wrapped__", None) is None:
+            raise StrictFlashError(f"mla-verify: {ENV}=flash, but the hook on {target} was not applied (see "
+                                   "SGLang's 'Failed to apply hooks' log line), so TARGET_VERIFY would not reach "
+                                   f"the kernel; fix: that error; or {ENV}=triton for SGLang's own path")
     strict.check_server_args(server_args)
 
 
@@ -114,7 +133,7 @@ def _check_flash_can_run() -> None:
     resolve (SGLang would only log a failure to apply them), a kernel library that loads
     (prebuilt, or nvcc to build it now: seconds, not after the weight load)."""
     check_sglang_version()
-    for target in (HOOK_TARGET, RESOLVE_TARGET):
+    for target in (HOOK_TARGET, RESOLVE_TARGET, DCP_PHASE_TARGET):
         owner, attr = target.rsplit(".", 1)
         if not hasattr(pkgutil.resolve_name(owner), attr):
             raise AttributeError(f"{target} does not exist")
@@ -140,6 +159,8 @@ def register() -> None:
 
         HookRegistry.register(HOOK_TARGET, _after_backend_init, HookType.AFTER)
         HookRegistry.register(RESOLVE_TARGET, _after_resolve, HookType.AFTER)
+        # a no-op until a flash target backend installs the DCP path in this process
+        HookRegistry.register(DCP_PHASE_TARGET, _after_dcp_phase, HookType.AFTER)
     except StrictFlashError:
         raise
     except Exception as e:

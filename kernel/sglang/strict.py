@@ -1,8 +1,9 @@
 """Strict `flash`: refuse to start a server whose TARGET_VERIFY cannot reach the kernel.
 
-SGLang reaches the plugin's kernel at exactly one call site, the verify fast path in
+SGLang reaches the plugin's kernel at one call site, the verify fast path in
 `TritonAttnBackend.forward_extend` (../shared/reading/audit-2026-12-01/sglang-plugin.md,
-item 2). A server configured so that TARGET_VERIFY never gets there would log that the
+item 2), and under `--dcp-size` > 1 through the plugin's DCP path (dcp_verify.py), which
+replaces `_forward_extend_dcp` for TARGET_VERIFY. A server configured so that TARGET_VERIFY never gets there would log that the
 kernel runs and still serve every verify with SGLang's kernel: an A/B of triton against
 triton. Each such configuration is known before any weight is loaded, so with
 MLA_VERIFY_BACKEND=flash the server stops instead, with one line that names the setting
@@ -19,6 +20,7 @@ import torch
 ENV = "MLA_VERIFY_BACKEND"
 TRITON_TAIL = f"; or {ENV}=triton for SGLang's own path"
 BF16_KV = ("auto", "bf16", "bfloat16")
+MAX_GATHERED_HEADS = 128   # kernel.ops.MAX_HEADS: the DCP prefix call runs all heads of the group
 
 
 class StrictFlashError(SystemExit):
@@ -56,9 +58,9 @@ def server_args_problem(server_args) -> str | None:
                     "for the kernel to serve", "add the speculative flags of the README's launch command")
     if cfg.device not in (None, "cuda"):
         return _msg(f"--device {cfg.device}", "the kernel runs on CUDA GPUs only", "--device cuda")
-    if (cfg.dcp_size or 1) > 1:
-        return _msg(f"--dcp-size {cfg.dcp_size}", "decode context parallelism sends TARGET_VERIFY to "
-                    "SGLang's DCP extend path before the verify call site", "--dcp-size 1")
+    dcp = _dcp_problem(cfg)
+    if dcp:
+        return dcp
     if cfg.enable_deterministic_inference:
         return _msg("--enable-deterministic-inference", "deterministic mode sends TARGET_VERIFY to SGLang's "
                     "unified extend kernel before the verify call site", "drop --enable-deterministic-inference")
@@ -78,6 +80,28 @@ def server_args_problem(server_args) -> str | None:
     return None
 
 
+def _dcp_problem(cfg) -> str | None:
+    """Under --dcp-size > 1 the plugin's DCP path (dcp_verify.py) serves TARGET_VERIFY; these
+    settings still cannot work with it."""
+    if (cfg.dcp_size or 1) <= 1:
+        return None
+    if cfg.dcp_replicate_q_proj:
+        return _msg("--dcp-replicate-q-proj", "the model then projects every head's query for TARGET_VERIFY, "
+                    "while the plugin's DCP path takes each rank's own heads and gathers them itself",
+                    "drop --dcp-replicate-q-proj")
+    from sglang.srt.arg_groups.model_override_base import attention_backends_of
+
+    draft_backend = cfg.speculative_draft_attention_backend or attention_backends_of(cfg)[1]
+    if cfg.speculative_draft_model_path in (None, cfg.model_path) and draft_backend == "triton" \
+            and str(cfg.speculative_algorithm).upper() in ("EAGLE", "NEXTN"):
+        return _msg(f"--dcp-size {cfg.dcp_size} with the model's own NextN layer as the draft on the triton "
+                    "backend", "SGLang's DeepSeek MLA layer under DCP merges every draft decode with an LSE its "
+                    "triton branch never binds (forward_mla.py forward_absorb_core: UnboundLocalError)",
+                    "EAGLE3 with an external draft "
+                    "(--speculative-algorithm EAGLE3 --speculative-draft-model-path ...)")
+    return None
+
+
 def backend_problem(backend) -> str | None:
     """The one-line refusal for a target TritonAttnBackend (not a draft runner) that the
     kernel cannot serve, or None. Reads the fields its verify call site depends on."""
@@ -85,8 +109,13 @@ def backend_problem(backend) -> str | None:
         return _msg("the target model's attention is not MLA", "the kernel serves absorbed MLA (576/512) only",
                     "serve a DeepSeek-V3 / Kimi-K2 class model")
     if getattr(backend, "dcp_size", 1) > 1:
-        return _msg(f"the backend has dcp_size {backend.dcp_size}", "TARGET_VERIFY takes SGLang's DCP path",
-                    "--dcp-size 1")
+        if backend.num_head > MAX_GATHERED_HEADS:
+            return _msg(f"--dcp-size {backend.dcp_size} gathers {backend.num_head} query heads per rank",
+                        f"the kernel takes at most {MAX_GATHERED_HEADS}", "a smaller --dcp-size")
+        if not hasattr(backend.token_to_kv_pool, "set_mla_kv_buffer"):
+            return _msg(f"--dcp-size {backend.dcp_size} with a {type(backend.token_to_kv_pool).__name__} KV pool",
+                        "the DCP path writes the latent rows through the MLA pool's set_mla_kv_buffer",
+                        "--dcp-size 1")
     if getattr(backend, "enable_deterministic", False):
         return _msg("the backend runs deterministic inference", "TARGET_VERIFY takes SGLang's unified kernel",
                     "drop --enable-deterministic-inference")

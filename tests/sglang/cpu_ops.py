@@ -2,7 +2,10 @@
 
 It records every call so tests can check what the adapter handed the kernel. It reads
 lengths on the host (the real kernel must not); requests whose slice the oracle rejects
-(CUDA-graph padding: dummy requests with stale tree masks) get NaN rows.
+(CUDA-graph padding: dummy requests with stale tree masks) get NaN rows. As the kernel does,
+it reads request b's mask block from mask_indptr[b] only (T_b * (S_b + T_b) cells; the
+plugin's DCP path points every request at one shared all-zero block), and a row that sees no
+key gets lse = -inf and o = 0 (kernel/csrc: 1 / l = 0 for l = 0).
 """
 from __future__ import annotations
 
@@ -37,14 +40,32 @@ class CpuOps:
             q0, q1, k0, k1 = qop[b], qop[b + 1], kvp[b], kvp[b + 1]
             mask = mptr = None
             if custom_mask is not None:
-                m0, m1 = int(mask_indptr[b]), int(mask_indptr[b + 1])
-                mask, mptr = custom_mask[m0:m1], torch.tensor([0, m1 - m0])
+                m0, cells = int(mask_indptr[b]), (q1 - q0) * (k1 - k0 + q1 - q0)
+                mask, mptr = custom_mask[m0:m0 + cells], torch.tensor([0, cells])
+            if mask is not None and mask.numel() == cells and cells and not mask.view(q1 - q0, -1)[:, k1 - k0:].any():
+                # no draft key visible (the DCP path's prefix-only call): not a tree, which the
+                # oracle rejects; the same float64 attention over the prefix alone
+                o_b, lse_b = _prefix_only(q[q0:q1], kv_cache, kv_indices[k0:k1], sm_scale)
+            else:
+                o_b = None
             try:
-                o_b, lse_b = verify_attention_reference(
-                    q[q0:q1], kv_cache, torch.tensor([0, k1 - k0]), kv_indices[k0:k1], k_extend[q0:q1], mask, mptr,
-                    torch.tensor([0, q1 - q0]), sm_scale)
+                if o_b is None:
+                    o_b, lse_b = verify_attention_reference(
+                        q[q0:q1], kv_cache, torch.tensor([0, k1 - k0]), kv_indices[k0:k1], k_extend[q0:q1], mask,
+                        mptr, torch.tensor([0, q1 - q0]), sm_scale)
             except VerifyInputError:
                 out[q0:q1], lse[q0:q1] = float("nan"), float("nan")
                 continue
+            o_b[torch.isneginf(lse_b)] = 0.0
             out[q0:q1], lse[q0:q1] = o_b.to(out.dtype), lse_b.float()
         return out, lse
+
+
+def _prefix_only(q, kv_cache, slots, sm_scale):
+    """Float64 attention of q [T, H, 576] over the pool rows `slots` alone: (o [T, H, 512], lse [T, H]);
+    no rows: lse -inf (o is zeroed by the caller)."""
+    keys = kv_cache[slots.long(), 0].double()                                    # [S, 576]
+    logits = torch.einsum("thd,kd->thk", q.double(), keys) * sm_scale
+    lse = torch.logsumexp(logits, -1) if keys.shape[0] else torch.full(q.shape[:2], float("-inf"), dtype=torch.float64)
+    o = torch.softmax(logits, -1) @ keys[:, :512] if keys.shape[0] else torch.zeros(*q.shape[:2], 512, dtype=torch.float64)
+    return o, lse

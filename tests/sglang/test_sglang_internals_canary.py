@@ -102,7 +102,7 @@ def test_paths_around_the_call_site_are_the_known_ones():
         "and self._can_run_dense_fp8_chunked_mha(q, k, v, layer, forward_batch)",   # gfx95 fp8 192/128 only
         "forward_batch.mha_one_shot and (not forward_batch.attn_attend_prefix_cache) and (k is not None) "
         "and (k.shape[0] != q.shape[0])",                                         # MHA prefill only
-        "self.dcp_size > 1",                                                      # strict: --dcp-size
+        "self.dcp_size > 1",                                                      # dcp_verify.py
         "self.enable_deterministic",                                              # strict: deterministic
     ], guards
 
@@ -163,17 +163,19 @@ def test_fields_the_plugin_reads_exist():
     fields = set(ServerArgs.__struct_fields__)
     assert {"model_path", "use_ray", "speculative_algorithm", "device", "dcp_size", "enable_deterministic_inference",
             "attention_backend", "prefill_attention_backend", "decode_attention_backend",
-            "speculative_attention_mode", "kv_cache_dtype", "enable_metrics"} <= fields
+            "speculative_attention_mode", "kv_cache_dtype", "enable_metrics", "dcp_replicate_q_proj",
+            "speculative_draft_attention_backend", "speculative_draft_model_path"} <= fields
     b = Harness(arm="triton").backend
     for name in ("use_mla", "is_draft_runner", "skip_prefill", "dcp_size", "enable_deterministic", "dllm_attention",
                  "req_to_token_pool", "target_verify_num_tokens_per_req", "num_head", "device", "token_to_kv_pool",
-                 "use_verify_shared_kv", "verify_shared_kv_fwd"):
+                 "use_verify_shared_kv", "verify_shared_kv_fwd", "dcp_rank", "kv_indptr", "max_context_len",
+                 "forward_metadata"):
         assert hasattr(b, name), name
 
 
 def test_hook_targets_resolve():
     import pkgutil
-    for target in (plugin.HOOK_TARGET, plugin.RESOLVE_TARGET):
+    for target in (plugin.HOOK_TARGET, plugin.RESOLVE_TARGET, plugin.DCP_PHASE_TARGET):
         owner, attr = target.rsplit(".", 1)
         assert callable(getattr(pkgutil.resolve_name(owner), attr)), target
 

@@ -47,7 +47,14 @@ def _no_spec(argv):
 
 # name: (argv change, text the refusal must name)
 CONFIGS = {
-    "dcp": (lambda a: a + ["--dcp-size", "2"], "but --dcp-size 2: .*fix: --dcp-size 1"),
+    "dcp, replicated q projection": (lambda a: a + ["--dcp-size", "2", "--dcp-comm-backend", "a2a",
+                                                    "--dcp-replicate-q-proj"],
+                                     "but --dcp-replicate-q-proj: .*fix: drop --dcp-replicate-q-proj"),
+    "dcp, the model's NextN layer as draft": (
+        lambda a: [("EAGLE" if w == "EAGLE3" else w) for w in _without(a, "--speculative-draft-model-path")]
+        + ["--dcp-size", "2"],
+        "but --dcp-size 2 with the model's own NextN layer as the draft on the triton backend: .*UnboundLocalError"
+        ".*fix: EAGLE3 with an external draft"),
     "deterministic": (lambda a: a + ["--enable-deterministic-inference"],
                       "but --enable-deterministic-inference: .*fix: drop --enable-deterministic-inference"),
     "hybrid, verify on prefill": (lambda a: a + ["--prefill-attention-backend", "flashinfer"],
@@ -80,7 +87,7 @@ def test_resolution_refuses_with_one_line_naming_setting_and_fix(command, monkey
     assert msg.endswith("or MLA_VERIFY_BACKEND=triton for SGLang's own path")
 
 
-@pytest.mark.parametrize("name", ["dcp", "fp8 KV cache", "hybrid, verify on prefill"])
+@pytest.mark.parametrize("name", ["dcp, the model's NextN layer as draft", "fp8 KV cache", "hybrid, verify on prefill"])
 def test_control_arm_starts_with_the_same_configuration(command, monkeypatch, name):
     monkeypatch.setenv("MLA_VERIFY_BACKEND", "triton")
     _resolved(CONFIGS[name][0](list(command))).resolve_once()
@@ -97,6 +104,23 @@ def test_verify_on_a_triton_decode_backend_is_accepted(command, monkeypatch):
 def test_documented_command_is_accepted(command, monkeypatch):
     monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
     _resolved(list(command)).resolve_once()
+
+
+@pytest.mark.parametrize("arm", ["flash", "triton"])
+@pytest.mark.parametrize("dcp", [2, 8])
+def test_dcp_with_tree_verify_passes_sglang_validation_and_strict_flash(command, monkeypatch, arm, dcp):
+    # Issue 14, step 1: SGLang 0.5.23's whole ServerArgs resolution (its arg_groups hooks) accepts
+    # --dcp-size > 1 with --attention-backend triton and EAGLE3 at topk 4 on a CUDA device; on
+    # flash the plugin's strict checks accept it too (its DCP path serves TARGET_VERIFY).
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", arm)
+    sa = _resolved(list(command) + ["--dcp-size", str(dcp)])
+    sa.resolve_once()
+    cfg = resolving_view(sa)
+    assert (cfg.dcp_size, cfg.tp_size, cfg.attention_backend, cfg.speculative_algorithm) == (dcp, 8, "triton", "EAGLE3")
+    assert cfg.speculative_eagle_topk == 4 and cfg.speculative_num_draft_tokens == 8 and cfg.device == "cuda"
+    assert strict.server_args_problem(sa) is None
 
 
 def test_resolution_refuses_when_the_backend_hook_was_not_applied(command, monkeypatch):
@@ -153,10 +177,10 @@ def _launch(argv, **env):
 
 
 def test_real_launcher_refuses_in_seconds_with_one_line(command, tmp_path):
-    r, seconds = _launch(command + ["--device", "cuda", "--dcp-size", "2"], MLA_VERIFY_BACKEND="flash")
+    r, seconds = _launch(command + ["--device", "cuda", "--kv-cache-dtype", "fp8_e4m3"], MLA_VERIFY_BACKEND="flash")
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 1, r.stderr[-3000:]
-    assert last.startswith("mla-verify: MLA_VERIFY_BACKEND=flash, but --dcp-size 2"), r.stderr[-3000:]
+    assert last.startswith("mla-verify: MLA_VERIFY_BACKEND=flash, but --kv-cache-dtype fp8_e4m3"), r.stderr[-3000:]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     # and without a kernel build and without nvcc, the launcher stops at load_plugins(), first thing
     env = {"MLA_VERIFY_BACKEND": "flash", "MLA_VERIFY_CACHE": str(tmp_path / "empty"), "NVCC": "/nonexistent",
