@@ -45,7 +45,8 @@ integ = data.newest(data_dir, "sglang-integration", allow_fixture=smoke)
 # shown when present (a gpu_run with fewer --stages does not write them)
 micro = data.newest_or_none(data_dir, "microbench", allow_fixture=smoke)
 backend = data.newest_or_none(data_dir, "sglang-backend", allow_fixture=smoke)
-docs = [d for d in (val, bench, integ, micro, backend) if d is not None]
+dcp = data.newest_or_none(data_dir, "dcp-sim", allow_fixture=smoke)
+docs = [d for d in (val, bench, integ, micro, backend, dcp) if d is not None]
 df = data.bench_frame(bench)  # the comparisons: ours is `flash` alone, never its variants
 df_all = data.bench_frame(bench, variants=True)  # + forced rows64 and L2 flushed (section 7)
 tiers = data.tier_frame(df_all)
@@ -53,7 +54,7 @@ est = data.sm120_frame(micro) if micro is not None else pd.DataFrame()
 centre_est = data.estimate_at(est, data.centre_tier(tiers))
 read_gbps, mma_tflops = data.ceilings(bench)
 found = [f for f in (findings.correctness(val), findings.centre_speed(df), findings.tiers(tiers),
-                     findings.sglang_step(integ), findings.backend(backend),
+                     findings.sglang_step(integ), findings.backend(backend), findings.dcp(dcp),
                      findings.production(docs, centre_est)) if f is not None]
 display(HTML(findings.box(found, "<b>Findings of this report</b> (computed from the data below)")))
 display(Markdown('<a id="evidence"></a>' + provenance.evidence_box(docs)))
@@ -461,6 +462,41 @@ else:
     display(Markdown("n/a: the case has no such comparison (the control arm runs only where "
                      "SGLang's path is affordable; the adaptive and memcheck cases are not "
                      "timed)."))
+
+# %% [markdown]
+# <a id="dcp"></a>
+# ## 10b. Decode context parallelism with tree verify, simulated on one GPU
+# With `--dcp-size N` every GPU of a TP group keeps 1/N of each request's prefix. The plugin
+# then runs, per rank: the draft block with the tree mask on the rank's own heads, the rank's
+# prefix shard for the heads of the whole group (queries all-gathered), and a merge by LSE
+# through SGLang's own collectives. Here the N ranks' kernel calls run one after another on one
+# GPU with the prefix sharded as SGLang shards it, and their merge is compared with the
+# unsharded call. The link speeds behind the per-step estimate are assumptions, stated in the
+# file; a real multi-GPU run is a separate measurement.
+
+# %%
+if dcp is None:
+    display(Markdown("_No dcp-sim file in the data directory: `python -m kernel.gpu_run "
+                     "--stages dcp-sim` writes one._"))
+else:
+    dd = data.dcp_frame(dcp)
+    fd = next(f for f in found if f["id"] == "dcp")
+    links = dcp.get("assumed_links") or {}
+    net_cols = [c for c in dd.columns if c.startswith("net_ms:")]
+    shown = dd.rename(columns={c: f"net saving per step, ms ({c.split(':', 1)[1]}, assumed link)"
+                               for c in net_cols})
+    display(Markdown(f"**{fd['text'][0].upper() + fd['text'][1:]}.** Shape: "
+                     + ", ".join(f"{k} = {v}" for k, v in (dcp.get("shape") or {}).items())
+                     + f"; {dcp.get('layers')} layers per step. Assumed links: "
+                     + "; ".join(f"{k}: {v['GBps']:g} GB/s, {v['latency_us']:g} us per collective "
+                                 f"({v['what']})" for k, v in links.items()) + "."))
+    display(figures.table(
+        shown, {"err_vs_unsharded": "{:.2e}", "unsharded_us": "{:,.1f}", "rank_us": "{:,.1f}",
+                "epilogue_us": "{:,.1f}", "collective_kb": "{:,.0f}", "kv_share": "{:.3f}",
+                **{c: "{:+,.2f}" for c in shown.columns if c.startswith("net saving")}},
+        "DCP simulated on one GPU: correctness, per-layer attention time per rank, what the "
+        "collectives move, KV memory per GPU, and the per-step estimate on the assumed links "
+        "(negative: slower than unsharded)"))
 
 # %% [markdown]
 # <a id="sm120"></a>

@@ -48,6 +48,8 @@ KINDS = {
     "sglang-backend": "SGLang's real TritonAttnBackend with the plugin, CUDA graphs, memcheck "
                       "(phase 2)",
     "rollout-ab": "canary A/B results written by the rollout tool",
+    "dcp-sim": "decode context parallelism simulated on one GPU: N ranks' calls merged by LSE "
+               "(phase 2)",
 }
 
 
@@ -594,3 +596,25 @@ def fmt_us(us: float) -> str:
     if not math.isfinite(us):
         return str(us)
     return f"{us / 1e3:.3g} ms" if us >= 1000 else f"{us:.3g} us"
+
+
+def dcp_frame(doc: dict) -> pd.DataFrame:
+    """One row per simulated DCP group size N of a dcp-sim file: correctness against the
+    unsharded call, per-layer times (us), what the collectives move, KV memory per rank, and
+    the per-step estimate for each assumed link (ms over all layers; positive = saved)."""
+    rows = doc.get("rows") or []
+    if not rows:
+        raise MeasurementError(f"{doc['_path']}: dcp-sim has no 'rows'")
+    full_kv = 576 * 2 * int(doc.get("layers") or 0)
+    out = []
+    for r in rows:
+        row = {"ranks": r["N"], "heads_gathered": r["heads_gathered"],
+               "shard_tokens": max(r["shard_lens"]), "pass": bool(r["pass"]),
+               "err_vs_unsharded": r["rel_err_vs_unsharded"], "unsharded_us": r["unsharded_us"],
+               "rank_us": r["rank_us_max"], "epilogue_us": r["epilogue_us"],
+               "collective_kb": r["collective_bytes_per_layer"]["total"] / 1024,
+               "kv_share": r["kv_bytes_per_token_per_rank"] / full_kv if full_kv else float("nan")}
+        for link, e in (r.get("estimate") or {}).items():
+            row[f"net_ms:{link}"] = e["net_saved_ms_per_step"]
+        out.append(row)
+    return pd.DataFrame(out).sort_values("ranks").reset_index(drop=True)

@@ -82,6 +82,27 @@ def backend(doc: dict | None) -> dict:
     return finding("backend", check, text, "pass" if ok else "fail", "backend")
 
 
+def dcp(doc: dict | None) -> dict | None:
+    """Decode context parallelism simulated on one GPU: equal to the unsharded call, and
+    what it does to per-layer attention time and KV memory per GPU."""
+    if doc is None:
+        return None
+    df = data.dcp_frame(doc)
+    ok = bool(doc.get("all_pass")) and bool(df["pass"].all())
+    ns = "/".join(str(n) for n in df["ranks"])
+    slow = df["rank_us"] + df["epilogue_us"]
+    unsharded = df["unsharded_us"].median()
+    verdict = ("so no attention time is saved here" if slow.min() >= unsharded else
+               f"{unsharded / slow.min():.2f}x faster at best")
+    text = (f"DCP with tree verify, simulated on one GPU for N = {ns}: equal to the unsharded call "
+            f"within {df['err_vs_unsharded'].max():.2g}; attention per layer {slow.min():.0f}-"
+            f"{slow.max():.0f} us per rank against {unsharded:.0f} us unsharded, {verdict} (every "
+            f"rank computes all N x H heads over S / N tokens: the same math); KV memory per GPU "
+            f"{df['kv_share'].iloc[-1]:.3g} of unsharded at N = {df['ranks'].iloc[-1]}")
+    return finding("dcp", "DCP merge equals the unsharded call (simulated)", text,
+                   "pass" if ok else "fail", "dcp")
+
+
 def correctness(val: dict) -> dict:
     v = data.validation_summary(val)
     clean = v["nan_cases"] == 0 and v["unwritten_total"] == 0

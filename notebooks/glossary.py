@@ -74,6 +74,12 @@ COLUMNS = {
     "graph_vs_eager": "graph replay vs eager (relative)", "bitwise": "bit-identical to eager",
     "control_err": "vs control arm (relative)", "flash_replay_ms": "replay, candidate, ms",
     "control_replay_ms": "replay, control, ms", "replay_speedup": "control / candidate",
+    # decode context parallelism, simulated on one GPU
+    "ranks": "DCP ranks (N)", "heads_gathered": "heads per rank's prefix call",
+    "shard_tokens": "prefix tokens per rank", "err_vs_unsharded": "vs unsharded call (relative)",
+    "unsharded_us": "unsharded, us per layer", "rank_us": "slowest rank, us per layer",
+    "epilogue_us": "merge epilogue, us per layer", "collective_kb": "collectives, KB per layer",
+    "kv_share": "KV memory per GPU (share of unsharded)",
 }
 # The sm_120 model's assumption keys (micro JSON "sm120_estimate.assumptions") as the unit after
 # the value; a key not listed is shown as key = value.
