@@ -14,6 +14,7 @@ import torch
 
 HEAD_DIM = 576  # 512 latent (c_KV, also V) + 64 rope
 V_DIM = 512
+ROW_BYTES = HEAD_DIM * 2  # one bf16 row of the MLA pool (or of k_extend)
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 _INTS = (torch.int32, torch.int64)

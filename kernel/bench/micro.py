@@ -14,12 +14,13 @@ import subprocess
 
 import torch
 
+from ..checks import ROW_BYTES
 from ..inputs import make_case
 from ..ops import TIERS, get_workspace, launch
 from .sm120_estimate import SM120, estimate
 from .timing import log, time_calls
 
-BN, MIN_CHUNK, ROW_BYTES = 16, 128, 576 * 2
+BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
 MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
 # the small tier streams under an L2 evict-first policy; mode 8 measures the plain policy beside it
 STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}

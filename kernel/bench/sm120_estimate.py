@@ -12,8 +12,9 @@ estimate = max(memory, math) + merge. Units: microseconds.
 """
 from __future__ import annotations
 
+from ..checks import ROW_BYTES
+
 SM120 = {"sms": 188, "clock_ghz": 2.6, "dram_GBps": 1790.0, "mma_per_clk_sm": 0.25}
-ROW_BYTES, BN = 576 * 2, 16
 
 
 def mmas_per_tile(rows: int, tier: int) -> int:

@@ -7,11 +7,10 @@ import zlib
 
 import torch
 
+from ..checks import ROW_BYTES
 from ..inputs import make_case
 from ..ops import pick_tier, verify_attention
 from .timing import log, time_calls, time_flushed
-
-ROW_BYTES = 576 * 2
 
 
 def naive_torch(case, o):

@@ -12,7 +12,6 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-
 def _events_ms(fn, reps: int) -> list[float]:
     out = []
     for _ in range(reps):
@@ -64,7 +63,6 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     a, ref = a.double(), ref.double()
     fin = torch.isfinite(ref)
     return float((a[fin] - ref[fin]).norm() / ref[fin].norm().clamp_min(1e-300))
-
 
 
 def time_flushed(fn, reps: int = 7, k: int = 16) -> float:
