@@ -45,7 +45,8 @@ from .ops import TIERS, verify_attention
 
 
 
-STAGES = ("validate", "graph", "stream", "mma", "full", "bench", "integration", "sglang-backend", "dcp-sim", "once")
+STAGES = ("validate", "graph", "stream", "mma", "full", "parts", "bench", "integration", "sglang-backend", "dcp-sim",
+          "once")
 
 
 def main(argv=None) -> int:
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
             verify_attention(*c.args(), max_draft_len=8)
         torch.cuda.synchronize()
         log("once: done")
-    micro_stages = stages & {"stream", "mma", "full"}
+    micro_stages = stages & {"stream", "mma", "full", "parts"}
     if "bench" in stages or micro_stages:
         log("ceilings ...")
         gbps = read_ceiling()
@@ -132,9 +133,13 @@ def main(argv=None) -> int:
         log(f"read ceiling {gbps:.0f} GB/s, mma.sync bf16 ceiling {tfl:.0f} TFLOP/s")
     if micro_stages:
         m = dict(info, **micro.run(gbps, micro_stages), ceilings={"read_GBps": gbps, "mma_TFLOPs": tfl})
+        if "parts" in stages:   # the tensor pipe with rows64d's occupancy: one CTA of 8 warps per SM
+            m["ceilings"]["mma_TFLOPs_8_warps_per_sm"] = mma_ceiling(build.load(), info["sms"], ((1, 256),))
+            log(f"mma.sync ceiling at 8 warps per SM: {m['ceilings']['mma_TFLOPs_8_warps_per_sm']:.0f} TFLOP/s")
         (out / f"micro-{tag}-{stamp}.json").write_text(json.dumps(m, indent=1))
         for r in m["rows"]:
             extra = (f"{r['GBps']:7.0f} GB/s {r['frac_read_ceiling']:5.0%} {r['option']}" if r["stage"] == "stream"
+                     else f"{r['clk_per_tile']:7.0f} clk/tile {r['part']}" if r["stage"] == "parts"
                      else f"{r['clk_per_tile']:7.0f} clk/tile" + (f", merge {r['merge_us']:.1f} us" if r["stage"] == "full" else ""))
             summary.append(f"micro {r['stage']:6s} S={r['S']:>7} T={r['T']:>3} tier {r['tier']} {r['time_us']:9.1f} us  {extra}")
     if "bench" in stages:

@@ -20,19 +20,24 @@ DEFAULT_MAX_BS = 4096
 
 
 # Kernel tiers: id -> query rows per CTA tile (csrc/mla_verify.cu). 0 = rows64 (query rows in
-# the MMA's M dimension), 1/2/4 = small (operands swapped, 8 * id rows).
-TIERS = {0: 64, 1: 8, 2: 16, 4: 32}
+# the MMA's M dimension), 1/2/4 = small (operands swapped, 8 * id rows), 6/8 = rows32d/rows64d
+# (design D of the kernel memo: 32-row pipelines, one or two per CTA).
+TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64}
 # The tier for requests of more than 32 rows, and when the rows per request are not known
-# statically: rows64, measured faster there than 32-row tiles of the small tier on the H200
-# (kernel/NOTES.md). MLA_VERIFY_LARGE_TIER=4 selects the 32-row tiles instead, which the sm_120
-# model estimates faster there (unmeasured: a canary can decide), read once at import.
+# statically: rows64d (8), measured faster there than rows64 (0) and the 32-row tiers on the
+# H200 (kernel/NOTES.md). MLA_VERIFY_LARGE_TIER overrides it (read once at import): 4 selects
+# the small tier's 32-row tiles, which the sm_120 model estimates faster there (unmeasured: a
+# canary can decide).
 def _large_tier(value: str) -> int:
     if value.strip() not in {str(t) for t in TIERS}:
         raise VerifyInputError(f"MLA_VERIFY_LARGE_TIER={value!r} is not one of {sorted(TIERS)}")
     return int(value)
 
 
-LARGE_TIER = _large_tier(os.environ.get("MLA_VERIFY_LARGE_TIER", "0") or "0")
+LARGE_TIER = _large_tier(os.environ.get("MLA_VERIFY_LARGE_TIER", "8") or "8")
+# Up to 8 and 16 rows: the small tier (8- and 16-row tiles); up to 32: rows32d (two 4-warp CTAs
+# per SM), 1.5x faster than the small tier's 32-row tiles at T = 4 on the H200.
+ROW_TIERS = ((8, 1), (16, 2), (32, 6))
 
 
 def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None) -> int:
@@ -45,14 +50,14 @@ def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None
     if T is None:
         return LARGE_TIER
     rows = T * H
-    for tier in (1, 2, 4):
-        if rows <= TIERS[tier]:
+    for most, tier in ROW_TIERS:
+        if rows <= most:
             return tier
     return LARGE_TIER
 
 
 class Workspace:
-    """Device scratch for split partials: ~2 x SMs x 64 rows x 512 fp32 (35 MB on an H200).
+    """Device scratch for split partials: 4 x SMs x 64 rows x 512 bf16 (35 MB on an H200).
 
     Create it once per device, outside graph capture (`get_workspace` caches one).
     """
@@ -155,7 +160,8 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
       max_draft_len: the most draft tokens any request has (SGLang knows it statically: the
                speculative num_draft_tokens); picks the row tier. Any value gives correct
                results; an undercount only costs speed.
-      tier:    force a tier (TIERS: 0 = rows64, 1/2/4 = small with 8/16/32-row tiles); for
+      tier:    force a tier (TIERS: 0 = rows64, 1/2/4 = small with 8/16/32-row tiles, 6/8 = rows32d/
+               rows64d); for
                benchmarks. Default: `pick_tier`.
     Returns (o, lse).
     """

@@ -25,9 +25,11 @@ CONFIG_KEYS = ("sweep", "S", "prefix", "T", "H", "layout", "page_size", "batch")
 EXTEND_BLOCK_M = 32
 OURS, BASELINE, SPLIT_KV, NAIVE = "flash", "sglang_extend", "sglang_verify_mla", "torch_naive"
 # Kernel tier id (bench rows' "tier", micro rows, the validation's by_tier) -> query rows per
-# tile: 0 is rows64, 1/2/4 the small tier (operands swapped). kernel/ops.py TIERS; a test holds
-# this copy to it and to the rows_per_tile the micro and validation files record.
-TIER_ROWS = {0: 64, 1: 8, 2: 16, 4: 32}
+# tile: 0 is rows64, 1/2/4 the small tier (operands swapped), 6/8 rows32d/rows64d (design D).
+# kernel/ops.py TIERS; a test holds this copy to it and to the rows_per_tile the micro and
+# validation files record.
+TIER_ROWS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64}
+TIER_FAMILY = {0: "rows64", 1: "small", 2: "small", 4: "small", 6: "rows32d", 8: "rows64d"}
 BENCH_COLUMNS = ("sweep", "S", "prefix_lens", "T", "H", "layout", "page_size", "batch", "impl",
                  "time_us", "bytes", "flops", "GBps", "TFLOPs", "roofline_us", "frac_roofline")
 
@@ -305,13 +307,15 @@ def tier_name(tier) -> str:
     t = int(tier)
     if t not in TIER_ROWS:
         return f"tier {t} (not in notebooks.data.TIER_ROWS)"
-    return f"{'rows64' if t == 0 else 'small'} ({TIER_ROWS[t]}-row tiles)"
+    return f"{TIER_FAMILY[t]} ({TIER_ROWS[t]}-row tiles)"
 
 
 def tier_phrase(tier) -> str:
-    """A tier inside a sentence: 'rows64' or 'the small tier, 8-row tiles'."""
+    """A tier inside a sentence: 'rows64d' or 'the small tier, 8-row tiles'."""
     t = int(tier)
-    return "rows64" if t == 0 else f"the small tier, {TIER_ROWS.get(t, '?')}-row tiles"
+    if TIER_FAMILY.get(t) == "small":
+        return f"the small tier, {TIER_ROWS[t]}-row tiles"
+    return TIER_FAMILY.get(t, f"tier {t}")
 
 
 def tier_frame(df: pd.DataFrame) -> pd.DataFrame:

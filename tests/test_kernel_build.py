@@ -33,7 +33,7 @@ def test_no_spills_no_stack(lib_dir):
 
 def test_every_tier_fits_sm120_shared_memory(lib_dir):
     lib = ctypes.CDLL(str(lib_dir / build.LIB))
-    sizes = {t: lib.mla_verify_tier_smem_bytes(t) for t in (0, 1, 2, 4)}
+    sizes = {t: lib.mla_verify_tier_smem_bytes(t) for t in (0, 1, 2, 4, 6, 8)}
     assert all(0 < v <= build.SMEM_LIMIT for v in sizes.values()), sizes
     assert max(sizes.values()) == lib.mla_verify_smem_bytes()
     assert lib.mla_verify_tier_smem_bytes(3) == -1

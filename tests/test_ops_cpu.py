@@ -58,11 +58,12 @@ def test_tier_from_static_shapes():
     from kernel.ops import LARGE_TIER, TIERS, pick_tier
     assert pick_tier(8, 1, 1) == 1                        # T = 1: 8 rows
     assert pick_tier(8, 2, 1) == 2 and pick_tier(16, 1, 1) == 2
-    assert pick_tier(8, 4, 1) == 4                        # 32 rows
+    assert pick_tier(8, 4, 1) == 6                        # 32 rows: rows32d
     assert pick_tier(8, 8, 1) == LARGE_TIER               # the centre: 64 rows
     assert pick_tier(8, 32, 8) == LARGE_TIER              # bs > 1, no hint: unknown rows per request
-    assert pick_tier(8, 32, 8, max_draft_len=4) == 4      # SGLang's static draft length
-    assert set(TIERS) == {0, 1, 2, 4} and TIERS[0] == 64
+    assert pick_tier(8, 32, 8, max_draft_len=4) == 6      # SGLang's static draft length
+    assert pick_tier(8, 32, 8, max_draft_len=5) == LARGE_TIER == 8   # 40 rows: rows64d
+    assert set(TIERS) == {0, 1, 2, 4, 6, 8} and TIERS[0] == TIERS[8] == 64 and TIERS[6] == 32
 
 
 def test_bad_tier_arguments_name_the_argument(case):

@@ -14,10 +14,11 @@ def read_ceiling() -> float:
     return (1 << 31) / (t * 1e-3) / 1e9
 
 
-def mma_ceiling(lib, sms: int) -> float:
+def mma_ceiling(lib, sms: int, configs=((2, 256), (4, 256), (8, 128), (4, 512))) -> float:
+    """The best rate over `configs` of (CTAs per SM, threads per CTA), TFLOP/s."""
     words = 4 + 2 * 8
     best = 0.0
-    for blocks_per_sm, threads in ((2, 256), (4, 256), (8, 128), (4, 512)):
+    for blocks_per_sm, threads in configs:
         blocks, iters = sms * blocks_per_sm, 2048
         ops = torch.randint(0x3c00, 0x4000, (blocks * threads * words * 2,), dtype=torch.int32, device="cuda")
         ops = (ops[0::2] | (ops[1::2] << 16)).contiguous()            # pairs of bf16 in [0.5, 2)

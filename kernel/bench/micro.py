@@ -22,13 +22,17 @@ from .timing import log, time_calls
 
 BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
 MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
+MODE_NO_SOFTMAX, MODE_NO_QK, MODE_NO_PV = 16, 32, 64     # the design D tiers' diagnostic copy only
+# rung L2 for the design D tiers (6, 8), part by part: the math on shared-memory-resident tiles with parts left out
+PARTS = {"math": 0, "no_softmax": MODE_NO_SOFTMAX, "no_qk": MODE_NO_QK, "no_pv": MODE_NO_PV,
+         "softmax_only": MODE_NO_QK | MODE_NO_PV, "skeleton": MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV}
 # the small tier streams under an L2 evict-first policy; mode 8 measures the plain policy beside it
 STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}
 # (S, T, H, tiers): the centre, the rows of T = 1 and 4, compute-bound T, and a short
 # context; each at its candidate tiers (more row tiles of fewer rows read the KV through L2)
-SHAPES = ((185000, 8, 8, (4, 2, 1, 0)), (185000, 1, 8, (1, 0)), (185000, 4, 8, (4, 2, 1, 0)),
-          (185000, 2, 8, (2, 1, 0)), (185000, 16, 8, (4, 2, 0)), (185000, 32, 8, (4, 2, 0)),
-          (16384, 8, 8, (4, 2, 0)))
+SHAPES = ((185000, 8, 8, (8, 6, 0, 4, 2, 1)), (185000, 1, 8, (1, 6, 0)), (185000, 4, 8, (4, 6, 2, 1, 8, 0)),
+          (185000, 2, 8, (2, 1, 6, 0)), (185000, 16, 8, (8, 6, 0, 4, 2)), (185000, 32, 8, (8, 6, 0, 4)),
+          (16384, 8, 8, (8, 6, 0, 4, 2)))
 
 
 def sm_clock_mhz() -> dict:
@@ -54,13 +58,35 @@ def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int
     return max(_cdiv(_cdiv(s + T, _cdiv(s + T, chunk)), BN) for s in prefix_lens)
 
 
+def parts(mhz: float) -> list[dict]:
+    """The design D tiers' per-tile math with each part left out (clocks per tile, busiest
+    CTA), at the centre and at T = 32, where the whole is compute-bound."""
+    ws = get_workspace("cuda")
+    out = []
+    for S, T, H in ((185000, 8, 8), (185000, 32, 8)):
+        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25)
+        o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
+        for tier in (8, 6):
+            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
+            for name, bits in PARTS.items():
+                mode = MODE_NO_LOADS | MODE_NO_MERGE | bits
+                us = time_calls([lambda: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs,
+                                                mode=mode, tier=tier)]) * 1e3
+                out.append({"S": S, "T": T, "H": H, "tier": tier, "stage": "parts", "part": name, "time_us": us,
+                            "tiles_per_cta": tiles, "clk_per_tile": us * mhz / tiles})
+                log(f"micro parts  S={S} T={T} tier {tier} {name:14s} {us:8.1f} us {us * mhz / tiles:7.0f} clk/tile")
+        del case, o, lse
+    return out
+
+
 def run(ceil_gbps: float, stages: set[str]) -> dict:
     """Rows for the `stages` among {"stream", "mma", "full"}, with the clock they assume."""
     clock = sm_clock_mhz()
     mhz = clock["sm_max"] or 1980.0
     ws = get_workspace("cuda")
-    rows = []
-    for S, T, H, tiers in SHAPES:
+    rows = parts(mhz) if "parts" in stages else []
+    for S, T, H, tiers in (SHAPES if stages - {"parts"} else ()):
         case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25)
         o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
@@ -74,7 +100,7 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
             base = {"S": S, "T": T, "H": H, "tier": tier, "rows_per_tile": TIERS[tier], "tiles_per_cta": tiles}
             if "stream" in stages:
-                for name, opt in (STREAM_OPTIONS.items() if tier != 0 else (("plain", 0),)):
+                for name, opt in (STREAM_OPTIONS.items() if tier not in (0, 6, 8) else (("plain", 0),)):
                     us = timed(tier, MODE_NO_MATH | MODE_NO_MERGE | opt)
                     # every row tile streams the same KV: tiers with several tiles read it through L2
                     rows.append(dict(base, stage="stream", option=name, time_us=us, GBps=kv_bytes / us / 1e3,

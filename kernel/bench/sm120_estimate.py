@@ -19,8 +19,8 @@ SM120 = {"sms": 188, "clock_ghz": 2.6, "dram_GBps": 1790.0, "mma_per_clk_sm": 0.
 
 def mmas_per_tile(rows: int, tier: int) -> int:
     """m16n8k16 MMAs per 16-token tile of one CTA: QK over 36 k-steps, PV over 64 n-tiles."""
-    if tier == 0:                         # rows64: 4 m-tiles x (2 n x 36 k + 64 n)
-        return 4 * (2 * 36 + 64)
+    if tier in (0, 6, 8):                 # rows in M (rows64, rows32d, rows64d): m-tiles x (2 n x 36 k + 64 n)
+        return rows // 16 * (2 * 36 + 64)
     nt = rows // 8                        # small: K/V^T tiles as A, rows as n-tiles of 8
     return 36 * nt + 32 * nt
 
@@ -33,7 +33,7 @@ def estimate(micro_rows: list[dict], tiles_per_cta) -> list[dict]:
     best = max((f for _, f in single), default=0.9)
     by = {}
     for r in micro_rows:
-        by.setdefault((r["S"], r["T"], r["H"], r["tier"]), {})[r["stage"]] = r
+        by.setdefault((r["S"], r["T"], r["H"], r["tier"]), {}).setdefault(r["stage"], r)   # the first: default options
     out = []
     for (S, T, H, tier), st in sorted(by.items()):
         full = st.get("full")

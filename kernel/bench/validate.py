@@ -99,9 +99,10 @@ def compare_sglang(sgl, case) -> dict:
             "heads": H, "draft_lens": case.meta["draft_lens"], "prefix_lens": case.meta["prefix_lens"]}
 
 
-# (heads, max_draft_len passed, tier forced): 64 rows per request with no length hint, and
-# 8, 16 and 32 rows as SGLang's static draft length selects the small tiers
-GRAPH_CONFIGS = ((8, None, None), (1, 8, None), (2, 8, None), (4, 8, None))
+# (heads, max_draft_len passed, tier forced): 64 rows per request with no length hint (rows64d);
+# 8, 16 and 32 rows as SGLang's static draft length selects the small tiers and rows32d; and
+# the tiers only a forced choice runs (rows64, the small tier's 32-row tiles)
+GRAPH_CONFIGS = ((8, None, None), (1, 8, None), (2, 8, None), (4, 8, None), (8, None, 0), (4, 8, 4))
 
 
 def graph_check(tol: float) -> dict:

@@ -1,14 +1,16 @@
 // Merge of the split partials: O = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M) per output
-// row, for either tier (BMR = the tier's rows per tile, which sets the partial layout).
+// row, for any tier (BMR = the tier's rows per tile, which sets the partial layout).
 // One CTA per (flat output row, 128-column slice): 4 slices per row, so even the centre
 // point's 64 rows give 256 CTAs streaming the bf16 partials (8.5 MB, L2-resident) in
-// parallel. Rows of requests with a single split were written by the main kernel.
+// parallel; 8 warps x 8 loads keep 64 splits of a slice in flight, so a row of T = 1 (130
+// splits) takes three rounds of L2 latency. Rows of requests with a single split were
+// written by the main kernel.
 #pragma once
 #include "verify_common.cuh"
 
 namespace mlav {
 
-constexpr int CT = 128;               // 4 warps
+constexpr int CT = 256;               // 8 warps
 constexpr int CW = CT / 32;
 constexpr int SLICES = 4;             // 128 columns each; a lane holds 4 columns
 constexpr int MAX_SPLITS_SMEM = 1024;   // > the 4 x SMs items a launch can have

@@ -3,14 +3,18 @@
 // One CTA = (request b, row tile, KV split). A request's query rows are its T_b draft tokens
 // x H heads, packed row = t * H + h. The KV sequence of a request is its S_b prefix tokens
 // (pool rows through kv_indices) followed by its T_b draft tokens (rows of k_extend); the
-// tree mask applies to the draft part only. Two tiers share the schedule and the merge:
+// tree mask applies to the draft part only. Three kernel families share the schedule and the
+// merge:
 //   tier 0        rows64 (tier_rows64.cuh): 64-row tiles, Q rows in the MMA's M dimension
 //   tier 1, 2, 4  small (tier_small.cuh): 8, 16 or 32-row tiles, operands swapped
+//   tier 6, 8     rows32d, rows64d (tier_rowsd.cuh): design D, 32-row pipelines of 4 warps (QK by
+//                 dim quarter, PV by column quarter); one per CTA (two CTAs per SM) or two
 // Any tier serves any input (more rows take more row tiles); the host picks the tier from
 // static shapes only, so a launch can be captured in a CUDA graph and replayed with new
 // lengths and trees. Only sm_80-class instructions (mma.sync, ldmatrix, cp.async).
 #include "combine.cuh"
 #include "tier_rows64.cuh"
+#include "tier_rowsd.cuh"
 #include "tier_small.cuh"
 
 namespace {
@@ -21,7 +25,7 @@ using namespace mlav;
 constexpr int CAP_MULT = 4;
 size_t table_bytes(int max_bs) { return ((size_t)max_bs * 4 * sizeof(int) + 255) / 256 * 256; }
 size_t lse_floats(int target_ctas) { return (size_t)CAP_MULT * target_ctas * rows64::BM; }
-int rows_of_tier(int tier) { return tier == 0 ? rows64::BM : 8 * tier; }
+int rows_of_tier(int tier) { return tier == 0 ? rows64::BM : tier == 6 ? 32 : 8 * tier; }   // tier 8: 64
 
 // The >48 KB opt-in is per device and per kernel; set it once, outside any later graph capture.
 template <typename K>
@@ -35,10 +39,10 @@ cudaError_t allow_smem(K kernel, int bytes, int dev, bool* done) {
 // CTAs of `kernel` one SM holds (registers and shared memory of this device), asked once
 // per device outside any graph capture; the schedule aims at SMs x this many CTAs.
 template <typename K>
-int blocks_per_sm(K kernel, int smem, int dev, int* cache) {
+int blocks_per_sm(K kernel, int smem, int dev, int* cache, int threads = NTHREADS) {
   if (dev < 64 && cache[dev] > 0) return cache[dev];
   int n = 1;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, NTHREADS, smem) != cudaSuccess || n < 1) n = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 1) n = 1;
   if (dev < 64) cache[dev] = n;
   return n;
 }
@@ -58,6 +62,25 @@ cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int 
   return cudaGetLastError();
 }
 
+// Design D tiers: HALVES 32-row pipelines per CTA; the one-half CTA runs two per SM where
+// registers and shared memory allow (the occupancy query decides, as for the small tier).
+template <int HALVES>
+cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int dev, int diag) {
+  using Lo = rowsd::Layout<HALVES>;
+  static bool done[2][64] = {};
+  static int occ[2][64] = {};
+  auto kernel = diag ? rowsd::mla_verify_kernel_rowsd<HALVES, 1> : rowsd::mla_verify_kernel_rowsd<HALVES, 0>;
+  cudaError_t err = allow_smem(kernel, Lo::SMEM, dev, done[diag]);
+  if (err != cudaSuccess) return err;
+  if (HALVES == 1) {
+    const int per_sm = blocks_per_sm(kernel, Lo::SMEM, dev, occ[diag], Lo::THREADS);
+    p.target_ctas *= per_sm < CAP_MULT / 2 ? per_sm : CAP_MULT / 2;
+    p.part_cap = 2 * p.target_ctas;
+  }
+  kernel<<<grid_for(Lo::BM, p.target_ctas, num_tokens, p.H, bs), Lo::THREADS, Lo::SMEM, st>>>(p);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 extern "C" {
@@ -68,6 +91,8 @@ int mla_verify_smem_bytes() {
   m = m > small::Layout<1>::SMEM ? m : small::Layout<1>::SMEM;
   m = m > small::Layout<2>::SMEM ? m : small::Layout<2>::SMEM;
   m = m > small::Layout<4>::SMEM ? m : small::Layout<4>::SMEM;
+  m = m > rowsd::Layout<1>::SMEM ? m : rowsd::Layout<1>::SMEM;
+  m = m > rowsd::Layout<2>::SMEM ? m : rowsd::Layout<2>::SMEM;
   return m;
 }
 int mla_verify_rows_per_cta(int tier) { return rows_of_tier(tier); }
@@ -78,6 +103,8 @@ int mla_verify_tier_smem_bytes(int tier) {
     case 1: return small::Layout<1>::SMEM;
     case 2: return small::Layout<2>::SMEM;
     case 4: return small::Layout<4>::SMEM;
+    case 6: return rowsd::Layout<1>::SMEM;
+    case 8: return rowsd::Layout<2>::SMEM;
     default: return -1;
   }
 }
@@ -99,7 +126,7 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
                       int qo_indptr_64, int bs, int num_tokens, int H, float sm_scale, void* o, float* lse,
                       void* workspace, int target_ctas, int max_bs, void* stream, int mode, int tier) {
   if (num_tokens == 0 || bs == 0) return 0;
-  if (tier != 0 && tier != 1 && tier != 2 && tier != 4) return (int)cudaErrorInvalidValue;
+  if (tier != 0 && tier != 1 && tier != 2 && tier != 4 && tier != 6 && tier != 8) return (int)cudaErrorInvalidValue;
   if ((long long)target_ctas * CAP_MULT / 2 > MAX_SPLITS_SMEM) return (int)cudaErrorInvalidValue;  // merge's smem
   Params p;
   p.q = static_cast<const __nv_bfloat16*>(q);
@@ -134,6 +161,9 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
     rows64::mla_verify_kernel_rows64<<<grid_for(rows64::BM, target_ctas, num_tokens, H, bs), NTHREADS,
                                        rows64::SMEM_BYTES, st>>>(p);
     err = cudaGetLastError();
+  } else if (tier == 6 || tier == 8) {
+    const int diag = (mode & (MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV)) ? 1 : 0;
+    err = tier == 6 ? launch_rowsd<1>(p, num_tokens, bs, st, dev, diag) : launch_rowsd<2>(p, num_tokens, bs, st, dev, diag);
   } else if (tier == 1) {
     err = launch_small<1>(p, num_tokens, bs, st, dev);
   } else if (tier == 2) {
@@ -144,7 +174,8 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   if (err != cudaSuccess) return (int)err;
   if (mode & MODE_NO_MERGE) return 0;
   const unsigned cgrid = (unsigned)((long long)num_tokens * H * SLICES);
-  if (tier == 0) mla_verify_combine<rows64::BM><<<cgrid, CT, 0, st>>>(p);
+  if (tier == 0 || tier == 8) mla_verify_combine<rows64::BM><<<cgrid, CT, 0, st>>>(p);
+  else if (tier == 6) mla_verify_combine<32><<<cgrid, CT, 0, st>>>(p);
   else if (tier == 1) mla_verify_combine<8><<<cgrid, CT, 0, st>>>(p);
   else if (tier == 2) mla_verify_combine<16><<<cgrid, CT, 0, st>>>(p);
   else mla_verify_combine<32><<<cgrid, CT, 0, st>>>(p);

@@ -24,6 +24,8 @@ constexpr float LN2 = 0.6931471805599453f;
 // mode bits: diagnostics drop stages (1: math, 2: KV loads, 4: merge); 8: the plain L2 policy
 // on the small tier's KV stream instead of evict-first (for the stream microbenchmark)
 constexpr int MODE_NO_MATH = 1, MODE_NO_LOADS = 2, MODE_NO_MERGE = 4, MODE_PLAIN_CACHE = 8;
+// rows64d's diagnostic copy only: leave out one part of the per-tile math
+constexpr int MODE_NO_SOFTMAX = 16, MODE_NO_QK = 32, MODE_NO_PV = 64;
 
 struct Params {
   const __nv_bfloat16* q;        // [N, H, 576] contiguous
@@ -97,7 +99,8 @@ __device__ __forceinline__ void named_bar(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Exclusive block-wide scan of one int per thread (256 threads); returns the total.
+// Exclusive block-wide scan of one int per thread (THREADS threads); returns the total.
+template <int THREADS = NTHREADS>
 __device__ __forceinline__ int block_excl_scan(int v, int& excl, int* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int x = v;
@@ -110,7 +113,7 @@ __device__ __forceinline__ int block_excl_scan(int v, int& excl, int* scratch) {
   __syncthreads();
   int wsum = 0, total = 0;
 #pragma unroll
-  for (int w = 0; w < NWARPS; ++w) {
+  for (int w = 0; w < THREADS / 32; ++w) {
     int s = scratch[w];
     if (w < warp) wsum += s;
     total += s;
@@ -134,13 +137,14 @@ struct Item {
 // rounded to BN and ns_b = ceil(L_b / chunk), so that sum_b nrt_b * ns_b <= target: one
 // wave (a second, nearly empty wave would double the time). Items are ordered (request,
 // split, row tile) so that the row tiles reading the same KV range run side by side and
-// share it through L2. `smem_i` needs 64 ints.
-template <int BMR>
+// share it through L2. `smem_i` needs 64 ints. THREADS: the block size (a multiple of 32, <= 256).
+template <int BMR, int THREADS = NTHREADS>
 __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
+  constexpr int W = THREADS / 32;
   const int tid = threadIdx.x;
-  int* scratch = smem_i;                       // [NWARPS]
-  long long* red = reinterpret_cast<long long*>(smem_i + 16);  // [NWARPS]
-  const int per = (p.bs + NTHREADS - 1) / NTHREADS;
+  int* scratch = smem_i;                       // [W]
+  long long* red = reinterpret_cast<long long*>(smem_i + 16);  // [W]
+  const int per = (p.bs + THREADS - 1) / THREADS;
   const int b0 = tid * per, b1 = min(p.bs, b0 + per);
   // pass 1: total work
   long long work = 0;
@@ -158,7 +162,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   __syncthreads();
   long long total = 0;
 #pragma unroll
-  for (int w = 0; w < NWARPS; ++w) total += red[w];
+  for (int w = 0; w < W; ++w) total += red[w];
   __syncthreads();
   // sum of row tiles: every request rounds its split count up, at most one extra item per
   // row tile, so aiming at (target - U) items keeps the whole schedule within one wave
@@ -168,7 +172,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   __syncthreads();
   long long U = 0;
 #pragma unroll
-  for (int w = 0; w < NWARPS; ++w) U += scratch[w];
+  for (int w = 0; w < W; ++w) U += scratch[w];
   __syncthreads();
   long long chunk;
   if (U < p.target_ctas) {
@@ -190,8 +194,8 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     parts += ns > 1 ? nrt * ns : 0;
   }
   int item_excl, part_excl;
-  block_excl_scan(items, item_excl, scratch);
-  block_excl_scan(parts, part_excl, scratch);
+  block_excl_scan<THREADS>(items, item_excl, scratch);
+  block_excl_scan<THREADS>(parts, part_excl, scratch);
   // pass 3: the thread whose requests hold this CTA's item publishes it
   int* found = smem_i + 48;                    // 16 ints
   if (tid == 0) found[0] = -1;
