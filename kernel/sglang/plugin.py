@@ -131,9 +131,11 @@ def _after_resolve(_result, server_args, *args, **kwargs):
 def _check_flash_can_run() -> None:
     """What `flash` needs before any weight is loaded: a tested SGLang, hook targets that
     resolve (SGLang would only log a failure to apply them), a kernel library that loads
-    (prebuilt, or nvcc to build it now: seconds, not after the weight load)."""
+    (prebuilt, or nvcc to build it now: seconds, not after the weight load). The DCP target
+    lives in SGLang's model code, whose imports a backend-only install may lack; it is checked
+    at resolution, and only under --dcp-size > 1 (`_after_resolve`)."""
     check_sglang_version()
-    for target in (HOOK_TARGET, RESOLVE_TARGET, DCP_PHASE_TARGET):
+    for target in (HOOK_TARGET, RESOLVE_TARGET):
         owner, attr = target.rsplit(".", 1)
         if not hasattr(pkgutil.resolve_name(owner), attr):
             raise AttributeError(f"{target} does not exist")

@@ -152,6 +152,20 @@ def test_register_refuses_flash_when_a_hook_target_is_gone(monkeypatch):
         plugin.register()
 
 
+def test_register_does_not_need_the_dcp_target_without_dcp(monkeypatch):
+    """The GPU machine's SGLang bundle cannot import SGLang's model code; without --dcp-size the
+    DCP hook is never needed, so flash must still start (its target is checked at resolution)."""
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.setattr(plugin, "DCP_PHASE_TARGET", "sglang.srt.no_such_models.Mixin.is_dcp_mla_decode_phase")
+    monkeypatch.setattr(build, "load", lambda *a, **k: None)
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    monkeypatch.setattr(HookRegistry, "_hooks", type(HookRegistry._hooks)(list))
+    plugin.register()
+    assert plugin._registered
+    assert "sglang.srt.no_such_models.Mixin.is_dcp_mla_decode_phase" in HookRegistry._hooks
+
+
 def test_register_refuses_an_invalid_switch_value(monkeypatch):
     monkeypatch.setenv("MLA_VERIFY_BACKEND", "fast")
     monkeypatch.setattr(plugin, "_registered", False)
