@@ -103,10 +103,13 @@ _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 
 def _variant(mangled: str) -> str:
-    """A readable name for one instantiation: 'rows64', 'small_nt4', 'combine_r32', ..."""
+    """A readable name for one instantiation: 'rows64', 'small_nt4', 'rows64d', 'rows32d_diag',
+    'combine_r32', ..."""
     args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
     if "mla_verify_kernel_small" in mangled and args:
         return f"small_nt{args[0]}"
+    if "mla_verify_kernel_rowsd" in mangled and len(args) >= 2:   # <HALVES, DIAG>
+        return f"rows{32 * args[0]}d" + ("_diag" if args[1] else "")
     if "mla_verify_kernel_rows64" in mangled:
         return "rows64"
     if "mla_verify_combine" in mangled and args:
@@ -170,7 +173,11 @@ def build(archs=ARCHS, *, verbose: bool = False, root: Path | None = None) -> Pa
 
 
 def resources(lib_dir: Path) -> list[dict]:
-    return json.loads((Path(lib_dir) / "resources.json").read_text())
+    rows = json.loads((Path(lib_dir) / "resources.json").read_text())
+    for r in rows:   # a build recorded before its kernel had a readable name kept the mangled one
+        if r.get("variant", "").startswith("_Z"):
+            r["variant"] = _variant(r["variant"])
+    return rows
 
 
 _LIBS: dict[tuple, ctypes.CDLL] = {}

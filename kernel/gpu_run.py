@@ -5,12 +5,13 @@
 - validate: >= 500 random configurations (every tree generator, page sizes 1/16/64,
   scattered and fragmented pools with NaN in unused slots, ragged batches, T up to 1024,
   H up to 128, up to 256 requests) against the float64 oracle, outputs poisoned with NaN
-  before every call, each at its default tier and a quarter of them at each other tier;
+  before every call, each at its default tier and a sixth of them at each other tier;
   plus SGLang's own extend_attention_fwd on the same inputs.
 - graph: capture the call in a CUDA graph per tier, replay with new lengths, slots and
   trees, compare with eager.
 - stream, mma, full: the ladder's microbenchmarks, each tier with stages left out
-  (kernel/bench/micro.py).
+  (kernel/bench/micro.py); parts: the design D tiers' math with the softmax, QK or PV left
+  out, and the mma.sync ceiling at their occupancy (8 warps per SM).
 - bench: read and mma.sync ceilings measured in this run, then our kernel, SGLang
   extend_attention_fwd, SGLang verify_shared_kv_fwd (chains) and naive torch, around the
   centre point S = 185k, T = 8, H = 8, page 1 scattered, batch 1.
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT") or git_commit(),
                     help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
     ap.add_argument("--stages", default="validate,graph,stream,mma,full,bench,integration",
-                    help="comma-separated: validate, graph, stream, mma, full (microbenchmarks), bench, "
+                    help="comma-separated: validate, graph, stream, mma, full, parts (microbenchmarks), bench, "
                          "integration, sglang-backend, dcp-sim, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
     ap.add_argument("--quick", action="store_true", help="a short benchmark (centre and 16k, T <= 64)")

@@ -268,12 +268,15 @@ if not b32.empty:
 # %% [markdown]
 # <a id="tiers"></a>
 # ## 7. Kernel tiers: which tile size served each shape
-# The kernel has two tiers, picked from static shapes only (CUDA-graph safe). **rows64** tiles
-# a request's H x T query rows by 64. The **small tier** swaps the matrix operands (the KV tile
-# becomes the wide operand) and tiles the query rows by 8, 16 or 32, so a request with few
-# query rows does not pay for a 64-row tile of mostly padding. The benchmark records which
-# tier served every row of ours, and where the default picked the small tier it timed the
-# same shape again with rows64 forced.
+# The kernel has three tile families, picked from static shapes only (CUDA-graph safe). The
+# **small tier** swaps the matrix operands (the KV tile becomes the wide operand) and tiles a
+# request's H x T query rows by 8 or 16, so a request with few query rows does not pay for a
+# tile of mostly padding. **rows32d** and **rows64d** (design D of the kernel memo) keep the
+# query rows in the matrix operand's rows, in 32-row pipelines of four warps: rows32d runs one
+# per CTA and two CTAs per SM (up to 32 query rows), rows64d two per CTA, offset by half a tile
+# so that one pipeline's softmax overlaps the other's matrix work (more rows). **rows64**, the
+# first 64-row tier, is no longer picked; the benchmark times it forced beside every default
+# pick up to T = 64, which is the comparison below.
 
 # %%
 if tiers.empty:
@@ -286,19 +289,20 @@ else:
     display(Markdown(f"Tiers that served ours in this benchmark: {served}."))
     if not small.empty and small["rows64_us"].notna().any():
         f = findings.tiers(tiers)
-        display(Markdown(f"Where the default picked the small tier, against rows64 forced "
-                         f"on the same shape: {f['text']}."))
+        display(Markdown(f"The default pick against rows64 forced on the same shape: {f['text']}."))
+        at = small[(small["S"] == data.CENTRE["S"]) & (small["batch"] == 1)]
+        at = at if not at.empty else small
         figures.show(figures.default_vs_forced(
-            tiers, f"Default pick against rows64 forced, S = {int(small['S'].max()):,}: "
-                   "bars from zero"))
+            at, f"Default pick against rows64 forced, S = {int(at['S'].max()):,}, one request: "
+                "bars from zero"))
     display(figures.table(
         tiers[["query_rows", "T", "H", "S", "requests", "layout", "page_size", "tier", "tile",
                "ours_us", "pct_roofline", "rows64_us", "small_gain"]],
         {"S": "{:,}", "ours_us": "{:,.1f}", "pct_roofline": "{:.1f}", "rows64_us": "{:,.1f}",
          "small_gain": "{:,.2f}x"},
         "Which tier served each configuration of ours (median over the sweeps that repeat it)"))
-    display(Markdown("n/a under rows64 forced: the bench forces rows64 only where the default "
-                     "picked the small tier."))
+    display(Markdown("n/a under rows64 forced: the bench forces rows64 in the S, T, H and batch "
+                     "sweeps up to T = 64 only."))
 
 # %%
 l2 = data.l2_flush_frame(df_all)
@@ -332,7 +336,9 @@ if not l2.empty:
 # - **mma**: the kernel without its KV loads, i.e. the per-tile matrix work on tiles already
 #   in shared memory, as SM clocks per 16-token tile on the busiest thread block;
 # - **full**: the whole kernel, with the time of the log-sum-exp merge of the partial results
-#   (`merge`) taken out by running it once more without the merge.
+#   (`merge`) taken out by running it once more without the merge;
+# - **parts** (rows32d and rows64d): the mma stage again with the softmax, the QK product or
+#   the PV product left out, to see what each adds per tile.
 
 # %%
 if micro is None:
@@ -371,6 +377,27 @@ else:
     display(Markdown("n/a: rows64 streams with the plain L2 policy only; 'default here' is n/a "
                      "where the benchmark did not run that shape. Clocks per tile come from the "
                      "mma stage, with 16 KV tokens per tile."))
+    pf = data.parts_frame(micro)
+    if not pf.empty:
+        c8 = (micro.get("ceilings") or {}).get("mma_TFLOPs_8_warps_per_sm")
+        c = pf[(pf["S"] == data.CENTRE["S"]) & (pf["T"] == data.CENTRE["T"])]
+        sums = [f"{r.tile}: {100 * (r.skeleton + r.adds_softmax + r.adds_qk + r.adds_pv) / r.math:.0f} %"
+                for r in c.itertuples()]
+        display(Markdown(
+            "**Design D, part by part** (math only, tiles in shared memory): clocks per 16-token "
+            "tile of one CTA with each part left out; 'adds' is the whole minus the whole without "
+            "that part. At the centre the skeleton (loop, barriers, fixed cost) plus the three "
+            "additions come to this share of the whole (100 % would mean the parts never overlap): "
+            + "; ".join(sums) + "."
+            + (f" The mma.sync ceiling at these tiers' 8 warps per SM, same run: {c8:,.0f} TFLOP/s."
+               if c8 else "")))
+        display(figures.table(
+            pf[["S", "T", "H", "tile", "tiles_per_cta", "math", "no_softmax", "no_qk", "no_pv",
+                "softmax_only", "skeleton", "adds_softmax", "adds_qk", "adds_pv"]],
+            {"S": "{:,}", "tiles_per_cta": "{:,}", **{c: "{:,.0f}" for c in
+             ("math", "no_softmax", "no_qk", "no_pv", "softmax_only", "skeleton", "adds_softmax",
+              "adds_qk", "adds_pv")}},
+            "Design D tiers, math only: SM clocks per tile with parts left out"))
     at_s = mf[mf["S"] == data.CENTRE["S"]].sort_values(["rows_per_tile", "T"])
     figures.show(figures.time_vs(
         at_s.assign(time_us=at_s["full_us"]), "T", "draft tokens per request, T",

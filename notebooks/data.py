@@ -417,6 +417,28 @@ def micro_frame(doc: dict) -> pd.DataFrame:
                            ).reset_index(drop=True)
 
 
+PARTS = ("math", "no_softmax", "no_qk", "no_pv", "softmax_only", "skeleton")
+
+
+def parts_frame(doc: dict) -> pd.DataFrame:
+    """The design D tiers' math-only microbenchmark with parts left out ('parts' rows): SM
+    clocks per 16-token tile of one CTA per variant, one row per (S, T, H, tier), and what each
+    part adds (the whole minus the whole without it). Empty when the file has no such rows."""
+    df = pd.DataFrame([r for r in doc.get("rows", []) if r.get("stage") == "parts"])
+    if df.empty:
+        return df
+    keys = ["S", "T", "H", "tier", "tiles_per_cta"]
+    wide = df.pivot_table(index=keys, columns="part", values="clk_per_tile", aggfunc="median").reset_index()
+    missing = [p for p in PARTS if p not in wide]
+    if missing:
+        raise MeasurementError(f"{doc['_path']}: parts rows lack {missing}")
+    for part, without in (("softmax", "no_softmax"), ("qk", "no_qk"), ("pv", "no_pv")):
+        wide[f"adds_{part}"] = wide["math"] - wide[without]
+    wide["tier"] = wide["tier"].astype(int)
+    wide["tile"] = wide["tier"].map(tier_name)
+    return wide.sort_values(["S", "T", "tier"]).reset_index(drop=True)
+
+
 def micro_ladder(docs: list[dict]) -> tuple[pd.DataFrame, list[dict]]:
     """The full-kernel time of every (S, T, H, tier) that every given microbench file measured,
     one column per file, oldest first, named by its commit and time; and per file
@@ -478,6 +500,13 @@ def _variant_tier(variant: str) -> str:
         return tier_name(int(m.group(1)))
     if variant == "rows64":
         return tier_name(0)
+    # design D: 'rows64d', 'rows32d_diag', or the mangled <HALVES, DIAG> name of an older record
+    m = re.fullmatch(r"rows(32|64)d(_diag)?", variant)
+    mangled = re.search(r"mla_verify_kernel_rowsdILi(\d)ELi(\d)E", variant)
+    if m or mangled:
+        halves, diag = (int(m.group(1)) // 32, bool(m.group(2))) if m else \
+            (int(mangled.group(1)), mangled.group(2) == "1")
+        return tier_name(8 if halves == 2 else 6) + (", diagnostic copy" if diag else "")
     m = re.fullmatch(r"combine_r(\d+)", variant)
     return f"merge of {m.group(1)}-row tiles" if m else variant
 
@@ -496,8 +525,13 @@ def resources_frame(doc: dict, arch: str, beside: str = "sm_90") -> pd.DataFrame
         return on
     other = (ours[ours["arch"] == beside].set_index(["kernel", "variant"])["registers"]
              .rename("registers_sm90"))
+    other = other[~other.index.duplicated()]
     on = on.join(other, on=["kernel", "variant"])
     on["tile"] = on["variant"].map(_variant_tier)
+    # a record made before the design D kernels had readable names kept their mangled ones
+    on["variant"] = [re.sub(r".*mla_verify_kernel_rowsdILi(\d)ELi(\d)E.*",
+                            lambda m: f"rows{32 * int(m.group(1))}d" + ("_diag" if m.group(2) == "1" else ""), v)
+                     for v in on["variant"]]
     return on[["kernel", "variant", "tile", "registers", "registers_sm90", "spill_stores",
                "spill_loads", "stack", "smem_static"]].reset_index(drop=True)
 

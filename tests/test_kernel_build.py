@@ -125,13 +125,15 @@ def test_ptxas_report_parser():
     (r,) = build.parse_ptxas(log)
     assert r == {"kernel": "mla_verify_kernel", "arch": "sm_120", "variant": "small_nt4", "stack": 8,
                  "spill_stores": 4, "spill_loads": 4, "registers": 255, "smem_static": 128}
+    assert build._variant("_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi0EEEvNS_6ParamsE") == "rows64d"
+    assert build._variant("_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi1ELi1EEEvNS_6ParamsE") == "rows32d_diag"
 
 
 def test_every_tier_is_compiled_for_every_arch(lib_dir):
     """Each tier instantiation and merge shows up by name in the resource report, per arch."""
     seen = {(r["variant"], r["arch"]) for r in build.resources(lib_dir)}
-    want = ["rows64", "combine_r64", "combine_r32", "combine_r8"] + \
-           [f"small_nt{nt}" for nt in (1, 2, 4)]
+    want = ["rows64", "rows64d", "rows32d", "rows64d_diag", "rows32d_diag", "combine_r64", "combine_r32",
+            "combine_r8"] + [f"small_nt{nt}" for nt in (1, 2, 4)]
     missing = [(v, f"sm_{a}") for v in want for a in build.ARCHS if (v, f"sm_{a}") not in seen]
     assert not missing
 

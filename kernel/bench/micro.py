@@ -26,7 +26,8 @@ MODE_NO_SOFTMAX, MODE_NO_QK, MODE_NO_PV = 16, 32, 64     # the design D tiers' d
 # rung L2 for the design D tiers (6, 8), part by part: the math on shared-memory-resident tiles with parts left out
 PARTS = {"math": 0, "no_softmax": MODE_NO_SOFTMAX, "no_qk": MODE_NO_QK, "no_pv": MODE_NO_PV,
          "softmax_only": MODE_NO_QK | MODE_NO_PV, "skeleton": MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV}
-# the small tier streams under an L2 evict-first policy; mode 8 measures the plain policy beside it
+# the small and design D tiers stream under an L2 evict-first policy; mode 8 measures the plain
+# policy beside it (rows64 has only the plain one)
 STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}
 # (S, T, H, tiers): the centre, the rows of T = 1 and 4, compute-bound T, and a short
 # context; each at its candidate tiers (more row tiles of fewer rows read the KV through L2)
@@ -73,8 +74,8 @@ def parts(mhz: float) -> list[dict]:
                 mode = MODE_NO_LOADS | MODE_NO_MERGE | bits
                 us = time_calls([lambda: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs,
                                                 mode=mode, tier=tier)]) * 1e3
-                out.append({"S": S, "T": T, "H": H, "tier": tier, "stage": "parts", "part": name, "time_us": us,
-                            "tiles_per_cta": tiles, "clk_per_tile": us * mhz / tiles})
+                out.append({"S": S, "T": T, "H": H, "tier": tier, "rows_per_tile": TIERS[tier], "stage": "parts",
+                            "part": name, "time_us": us, "tiles_per_cta": tiles, "clk_per_tile": us * mhz / tiles})
                 log(f"micro parts  S={S} T={T} tier {tier} {name:14s} {us:8.1f} us {us * mhz / tiles:7.0f} clk/tile")
         del case, o, lse
     return out
@@ -100,7 +101,7 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
             base = {"S": S, "T": T, "H": H, "tier": tier, "rows_per_tile": TIERS[tier], "tiles_per_cta": tiles}
             if "stream" in stages:
-                for name, opt in (STREAM_OPTIONS.items() if tier not in (0, 6, 8) else (("plain", 0),)):
+                for name, opt in (STREAM_OPTIONS.items() if tier != 0 else (("plain", 0),)):
                     us = timed(tier, MODE_NO_MATH | MODE_NO_MERGE | opt)
                     # every row tile streams the same KV: tiers with several tiles read it through L2
                     rows.append(dict(base, stage="stream", option=name, time_us=us, GBps=kv_bytes / us / 1e3,
