@@ -32,7 +32,7 @@ SMEM_LIMIT = 99 * 1024                    # sm_120's per-block limit, the tighte
 CSRC = Path(__file__).resolve().parent / "csrc"
 # Compiled into the one library; every csrc/*.cu and *.cuh is hashed, so a new source
 # file joins the build by being added here.
-SOURCES = ("mla_verify.cu", "mma_ceiling.cu")
+SOURCES = ("mla_verify.cu", "mma_ceiling.cu", "mma_ldsm_probe.cu")
 FLAGS = ("-O3", "-std=c++17", "--use_fast_math", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")
 LIB = "libmla_verify.so"
 CACHE_ENV = "MLA_VERIFY_CACHE"
@@ -204,6 +204,8 @@ def load(archs=ARCHS) -> ctypes.CDLL:
     lib.mla_verify_num_sms.argtypes = [i]
     lib.mma_ceiling_launch.argtypes = [vp, vp, i, i, i, vp]
     lib.mma_ceiling_launch.restype = i
+    lib.mma_ldsm_probe_launch.argtypes = [vp, i, i, i, i, i, vp]
+    lib.mma_ldsm_probe_launch.restype = i
     _LIBS[key] = lib
     return lib
 

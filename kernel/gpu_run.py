@@ -11,7 +11,8 @@
   trees, compare with eager.
 - stream, mma, full: the ladder's microbenchmarks, each tier with stages left out
   (kernel/bench/micro.py); parts: the design D tiers' math with the softmax, QK or PV left
-  out, and the mma.sync ceiling at their occupancy (8 warps per SM).
+  out, and the mma.sync ceiling at their occupancy (8 warps per SM); probe: mma.sync with
+  an ldmatrix.x4 every 1-8 MMAs (kernel/csrc/mma_ldsm_probe.cu), at 8 and 16 warps per SM.
 - bench: read and mma.sync ceilings measured in this run, then our kernel, SGLang
   extend_attention_fwd, SGLang verify_shared_kv_fwd (chains) and naive torch, around the
   centre point S = 185k, T = 8, H = 8, page 1 scattered, batch 1.
@@ -35,7 +36,7 @@ from pathlib import Path
 import torch
 
 from . import build
-from .bench.ceilings import mma_ceiling, read_ceiling
+from .bench.ceilings import mma_ceiling, mma_ldsm_probe, read_ceiling
 from .bench.env import env_info, git_commit
 from .bench import micro
 from .bench.sweeps import bench
@@ -46,8 +47,8 @@ from .ops import TIERS, verify_attention
 
 
 
-STAGES = ("validate", "graph", "stream", "mma", "full", "parts", "bench", "integration", "sglang-backend", "dcp-sim",
-          "once")
+STAGES = ("validate", "graph", "stream", "mma", "full", "parts", "probe", "bench", "integration", "sglang-backend",
+          "dcp-sim", "once")
 
 
 def main(argv=None) -> int:
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT") or git_commit(),
                     help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
     ap.add_argument("--stages", default="validate,graph,stream,mma,full,bench,integration",
-                    help="comma-separated: validate, graph, stream, mma, full, parts (microbenchmarks), bench, "
+                    help="comma-separated: validate, graph, stream, mma, full, parts, probe (microbenchmarks), bench, "
                          "integration, sglang-backend, dcp-sim, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
     ap.add_argument("--quick", action="store_true", help="a short benchmark (centre and 16k, T <= 64)")
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
             verify_attention(*c.args(), max_draft_len=8)
         torch.cuda.synchronize()
         log("once: done")
-    micro_stages = stages & {"stream", "mma", "full", "parts"}
+    micro_stages = stages & {"stream", "mma", "full", "parts", "probe"}
     if "bench" in stages or micro_stages:
         log("ceilings ...")
         gbps = read_ceiling()
@@ -137,6 +138,13 @@ def main(argv=None) -> int:
         if "parts" in stages:   # the tensor pipe with rows64d's occupancy: one CTA of 8 warps per SM
             m["ceilings"]["mma_TFLOPs_8_warps_per_sm"] = mma_ceiling(build.load(), info["sms"], ((1, 256),))
             log(f"mma.sync ceiling at 8 warps per SM: {m['ceilings']['mma_TFLOPs_8_warps_per_sm']:.0f} TFLOP/s")
+        if "probe" in stages:   # does ldmatrix traffic overlap mma.sync? (csrc/mma_ldsm_probe.cu)
+            m["mma_ldsm_probe"] = mma_ldsm_probe(build.load(), info["sms"], m["clock_assumed_mhz"])
+            for r in m["mma_ldsm_probe"]:
+                summary.append(f"probe {r['ctas_per_sm']}x{r['threads']} thr, ldmatrix.x4 every {r['mmas_per_ldsm']} "
+                               f"MMAs, used {r['first_use_after_mmas']} later: {r['TFLOPs']:6.0f} TFLOP/s, "
+                               f"{r['clk_per_mma_per_sm']:.2f} clk per MMA per SM "
+                               f"(+{r['wavefronts_per_mma']:.2f} smem wavefronts per MMA)")
         (out / f"micro-{tag}-{stamp}.json").write_text(json.dumps(m, indent=1))
         for r in m["rows"]:
             extra = (f"{r['GBps']:7.0f} GB/s {r['frac_read_ceiling']:5.0%} {r['option']}" if r["stage"] == "stream"

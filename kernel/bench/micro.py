@@ -87,7 +87,7 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
     mhz = clock["sm_max"] or 1980.0
     ws = get_workspace("cuda")
     rows = parts(mhz) if "parts" in stages else []
-    for S, T, H, tiers in (SHAPES if stages - {"parts"} else ()):
+    for S, T, H, tiers in (SHAPES if stages & {"stream", "mma", "full"} else ()):
         case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25)
         o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
