@@ -1,6 +1,6 @@
 """One command on a CUDA machine: build, validate, benchmark; JSON into --out, a table last.
 
-    python -m kernel.gpu_run --out reports/data [--quick] [--stages validate,graph,stream,mma,full,bench,integration]
+    python -m kernel.gpu_run --out reports/data [--quick] [--stages validate,graph,stream,mma,full,parts,bench,integration]
 
 - validate: >= 500 random configurations (every tree generator, page sizes 1/16/64,
   scattered and fragmented pools with NaN in unused slots, ragged batches, T up to 1024,
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="reports/data", help="folder for the JSON results")
     ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT") or git_commit(),
                     help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
-    ap.add_argument("--stages", default="validate,graph,stream,mma,full,bench,integration",
+    ap.add_argument("--stages", default="validate,graph,stream,mma,full,parts,bench,integration",
                     help="comma-separated: validate, graph, stream, mma, full, parts, probe (microbenchmarks), bench, "
                          "integration, sglang-backend, dcp-sim, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
