@@ -6,7 +6,8 @@ left out, so what is measured is exactly the code that ships.
   bytes against the read ceiling of the same run.
 - mma (rung L2): the kernel without its KV loads and merge (mode 2 | 4): the per-tile math on
   shared-memory-resident tiles, as SM clocks per 16-token tile on the busiest CTA.
-- full: the whole kernel (mode 0) and without the merge (mode 4): the merge's share.
+- full: the whole kernel (mode 0), without the merge (mode 4): the merge's share, and with the
+  merge launched as an ordinary kernel instead of a programmatic dependent (mode 128).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .timing import log, time_calls
 BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
 MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
 MODE_NO_SOFTMAX, MODE_NO_QK, MODE_NO_PV = 16, 32, 64     # the design D tiers' diagnostic copy only
+MODE_NO_PDL = 128                                         # the merge as an ordinary launch
 # rung L2 for the design D tiers (6, 8), part by part: the math on shared-memory-resident tiles with parts left out
 PARTS = {"math": 0, "no_softmax": MODE_NO_SOFTMAX, "no_qk": MODE_NO_QK, "no_pv": MODE_NO_PV,
          "softmax_only": MODE_NO_QK | MODE_NO_PV, "skeleton": MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV}
@@ -114,10 +116,11 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
                 log(f"micro mma    S={S} T={T} tier {tier} {us:8.1f} us  {us * mhz / tiles:7.0f} clk/tile "
                     f"({tiles} tiles/CTA)")
             if "full" in stages:
-                full, nomerge = timed(tier, 0), timed(tier, MODE_NO_MERGE)
+                full, nomerge, nopdl = timed(tier, 0), timed(tier, MODE_NO_MERGE), timed(tier, MODE_NO_PDL)
                 rows.append(dict(base, stage="full", time_us=full, no_merge_us=nomerge, merge_us=full - nomerge,
-                                 clk_per_tile=nomerge * mhz / tiles))
-                log(f"micro full   S={S} T={T} tier {tier} {full:8.1f} us, merge {full - nomerge:5.1f} us")
+                                 no_pdl_us=nopdl, clk_per_tile=nomerge * mhz / tiles))
+                log(f"micro full   S={S} T={T} tier {tier} {full:8.1f} us, merge {full - nomerge:5.1f} us, "
+                    f"merge not as a dependent launch {nopdl:8.1f} us")
         del case, o, lse
         torch.cuda.empty_cache()
     return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "rows": rows,

@@ -32,6 +32,12 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
     long long a = ld_index(p.qo_indptr, p.qo_indptr_64, b), e = ld_index(p.qo_indptr, p.qo_indptr_64, b + 1);
     if (n >= a && n < e) { req = b; qo_start = a; }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // launched as a programmatic dependent of the verify kernel (sm_90+, PDL): the lines above
+  // read only inputs; the table and the partials below are the verify kernel's, so wait for
+  // its completion here (without the launch attribute this returns at once)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   __syncthreads();
   const int b = req;
   if (b < 0) return;

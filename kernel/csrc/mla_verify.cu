@@ -62,6 +62,34 @@ cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int 
   return cudaGetLastError();
 }
 
+// Programmatic dependent launch (sm_90 and newer, sm_120 included): the merge's grid is
+// set up while the verify kernel runs and waits for it inside (griddepcontrol.wait), instead
+// of starting only after the kernel boundary. Asked once per device.
+bool pdl_capable(int dev) {
+  static int major[64] = {};
+  if (dev < 64 && major[dev] > 0) return major[dev] >= 9;
+  int m = 0;
+  if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) m = 0;
+  if (dev < 64 && m > 0) major[dev] = m;
+  return m >= 9;
+}
+
+template <int BMR>
+cudaError_t launch_combine(const Params& p, unsigned grid, cudaStream_t st, bool pdl) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(CT);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  cudaError_t err = cudaLaunchKernelEx(&cfg, mla_verify_combine<BMR>, p);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
 // Design D tiers: HALVES 32-row pipelines per CTA; the one-half CTA runs two per SM where
 // registers and shared memory allow (the occupancy query decides, as for the small tier).
 template <int HALVES>
@@ -174,12 +202,12 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   if (err != cudaSuccess) return (int)err;
   if (mode & MODE_NO_MERGE) return 0;
   const unsigned cgrid = (unsigned)((long long)num_tokens * H * SLICES);
-  if (tier == 0 || tier == 8) mla_verify_combine<rows64::BM><<<cgrid, CT, 0, st>>>(p);
-  else if (tier == 6) mla_verify_combine<32><<<cgrid, CT, 0, st>>>(p);
-  else if (tier == 1) mla_verify_combine<8><<<cgrid, CT, 0, st>>>(p);
-  else if (tier == 2) mla_verify_combine<16><<<cgrid, CT, 0, st>>>(p);
-  else mla_verify_combine<32><<<cgrid, CT, 0, st>>>(p);
-  return (int)cudaGetLastError();
+  const bool pdl = !(mode & MODE_NO_PDL) && pdl_capable(dev);
+  if (tier == 0 || tier == 8) err = launch_combine<rows64::BM>(p, cgrid, st, pdl);
+  else if (tier == 6 || tier == 4) err = launch_combine<32>(p, cgrid, st, pdl);
+  else if (tier == 1) err = launch_combine<8>(p, cgrid, st, pdl);
+  else err = launch_combine<16>(p, cgrid, st, pdl);
+  return (int)err;
 }
 
 const char* mla_verify_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }

@@ -26,6 +26,8 @@ constexpr float LN2 = 0.6931471805599453f;
 constexpr int MODE_NO_MATH = 1, MODE_NO_LOADS = 2, MODE_NO_MERGE = 4, MODE_PLAIN_CACHE = 8;
 // rows64d's diagnostic copy only: leave out one part of the per-tile math
 constexpr int MODE_NO_SOFTMAX = 16, MODE_NO_QK = 32, MODE_NO_PV = 64;
+// launch the merge as an ordinary kernel, not as a programmatic dependent (PDL, sm_90+)
+constexpr int MODE_NO_PDL = 128;
 
 struct Params {
   const __nv_bfloat16* q;        // [N, H, 576] contiguous
