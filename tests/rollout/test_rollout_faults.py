@@ -326,8 +326,15 @@ def test_errors_while_paused_are_caught_before_promotion(make_fleet):
     assert run_tool(f.inv, "canary").returncode == 0
     assert run_tool(f.inv, "check").returncode == 0
     os.kill(f.pid("g0"), signal.SIGUSR1)  # from now on g0 answers live traffic with HTTP 500
-    for _ in range(4):
-        request(f.url("g0"), "POST", "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}})
+
+    def generate() -> int:
+        return request(f.url("g0"), "POST", "/generate",
+                       {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}})[0]
+    # the emulator takes the signal asynchronously: under load a request can still be served
+    # before it does, so wait for the first 500 before counting on them
+    wait_for(lambda: generate() == 500, timeout=30)
+    for _ in range(3):
+        assert generate() == 500
     r = run_tool(f.inv, "check")
     assert r.returncode == 3 and "error_rate" in r.stdout
     r = run_tool(f.inv, "promote")
