@@ -254,14 +254,16 @@ def default_vs_forced(tab: pd.DataFrame, title: str) -> plt.Figure:
     64-row tier forced (data.tier_frame rows); bars from zero, one group per shape, the
     default's tile named under its group."""
     rows = tab[tab["rows64_us"].notna()]
-    case = [f"T = {int(r.T)}, H = {int(r.H)}: {int(r.query_rows)} query rows\ndefault: {r.tile}"
+    # one group per shape, its label on three short lines so that eight groups stay readable
+    case = [f"T = {int(r.T)}, H = {int(r.H)}\n{int(r.query_rows)} query rows\n{r.tile.replace(' (', chr(10) + '(')}"
             for r in rows.itertuples()]
     arms = ("default pick", "rows64 forced (64-row tiles)")
     long = pd.concat([pd.DataFrame({"case": case, "us": rows[col].to_numpy(), "arm": arm})
                       for arm, col in zip(arms, ("ours_us", "rows64_us"))])
     pal = dict(zip(arms, (_FIXED[IMPL_LABELS["flash"]], "0.6")))
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(max(9.0, 1.6 * len(case)), 5.0))
     sns.barplot(long, x="case", y="us", hue="arm", palette=pal, ax=ax, errorbar=None)
+    ax.tick_params(axis="x", labelsize=8)
     _label_bars(ax, "{:,.1f}")
     ax.set(xlabel="", title=title)
     linear_y(ax, "time per layer, us")
