@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..checks import HEAD_DIM, V_DIM
+from ..fp8 import FP8_NAN_BYTES
 from ..reference import verify_attention_reference
 
 DRAFT = 8          # --speculative-num-draft-tokens of the published ServerArgs
@@ -200,11 +201,22 @@ class Harness:
         g = torch.Generator(device=dev).manual_seed(2000 + seed)
         for layer in range(self.layers):
             buf = self.layer_pool(layer)
-            buf.fill_(float("nan"))  # unowned slots poison any stray read
+            buf.fill_(FP8_NAN_BYTES[0] if self._as_bytes else float("nan"))  # unowned slots poison stray reads
             if layer == 0:
-                buf[:slots] = case.kv_cache.to(device=dev, dtype=buf.dtype)
+                buf[:slots] = self._as_stored(case.kv_cache.to(dev))
             elif owned.numel():
-                buf[owned] = torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev).to(buf.dtype)
+                buf[owned] = self._as_stored(torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev))
+
+    @property
+    def _as_bytes(self) -> bool:
+        # SGLang keeps an fp8 pool as uint8 bytes (store_dtype) and views them as e4m3fn
+        return self.pool.store_dtype != self.pool.dtype
+
+    def _as_stored(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows in the pool's storage dtype: an fp8 pool takes their e4m3 bytes."""
+        if self._as_bytes:
+            return rows.to(self.pool.dtype).view(self.pool.store_dtype)
+        return rows.to(self.pool.store_dtype)
 
     def _draft_slots(self, n: int) -> torch.Tensor:
         """Free slots at the end of the pool for n draft tokens, as the spec worker allocates them."""
