@@ -158,7 +158,8 @@ def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", 
         raise VerifyInputError(f"kv_dtype: unknown {kv_dtype!r} (expected one of {', '.join(KV_DTYPES)})")
     fp8 = kv_dtype == "fp8_e4m3"
     if not fp8 and (k_scale is not None or v_scale is not None):
-        raise VerifyInputError(f"k_scale: scales are for kv_dtype='fp8_e4m3', got kv_dtype={kv_dtype!r} with "
+        raise VerifyInputError(f"{'k_scale' if k_scale is not None else 'v_scale'}: scales are for "
+                               f"kv_dtype='fp8_e4m3', got kv_dtype={kv_dtype!r} with "
                                f"k_scale={k_scale!r}, v_scale={v_scale!r}")
     if k_scale is not None:
         k_scale = check_scale("k_scale", k_scale)

@@ -77,5 +77,7 @@ def test_bad_fp8_arguments_name_the_argument():
         make_case([4], [2], 1, kv_dtype="fp8_e5m2")
     with pytest.raises(VerifyInputError, match="k_scale: scales are for kv_dtype='fp8_e4m3'"):
         make_case([4], [2], 1, k_scale=0.5)
+    with pytest.raises(VerifyInputError, match="v_scale: scales are for kv_dtype='fp8_e4m3', got kv_dtype='auto'"):
+        make_case([4], [2], 1, v_scale=0.5)
     with pytest.raises(VerifyInputError, match="v_scale: must be positive and finite, got -1.0"):
         make_case([4], [2], 1, kv_dtype="fp8_e4m3", v_scale=-1.0)
