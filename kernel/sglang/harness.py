@@ -309,13 +309,18 @@ class Harness:
         return outs[0] if self.layers == 1 else outs
 
     def oracle(self, case, layer: int = 0, seed: int = 0) -> torch.Tensor:
-        """Float64 oracle [N, H, 512] of `layer` for the case as last loaded (its pool rows)."""
+        """Float64 oracle [N, H, 512] of `layer` for the case as last loaded (its pool rows; an
+        fp8 pool read through its e4m3 view with the layer's k_scale_float / v_scale_float)."""
         qs, ks = self.layer_inputs(case, seed)
-        return verify_attention_reference(qs[layer].to(self.device), self.layer_pool(layer), case.kv_indptr.to(self.device),
+        pool = self.layer_pool(layer)
+        pool = pool.view(self.pool.dtype) if self._as_bytes else pool
+        radix = self.radix[layer]
+        scales = {} if radix.k_scale_float is None else dict(k_scale=radix.k_scale_float, v_scale=radix.v_scale_float)
+        return verify_attention_reference(qs[layer].to(self.device), pool, case.kv_indptr.to(self.device),
                                           case.kv_indices.to(self.device), ks[layer].to(self.device),
                                           None if case.custom_mask is None else case.custom_mask.to(self.device),
                                           None if case.mask_indptr is None else case.mask_indptr.to(self.device),
-                                          case.qo_indptr.to(self.device), self.layer.scaling)[0]
+                                          case.qo_indptr.to(self.device), self.layer.scaling, **scales)[0]
 
 
 def oracle(case):

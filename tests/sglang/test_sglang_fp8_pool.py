@@ -47,6 +47,7 @@ def test_sglang_writes_our_bytes_and_reads_what_the_oracle_reads(case, v_factor)
     assert torch.isfinite(out).all()
     ref, _ = verify_attention_reference(*case.args(), k_scale=case.k_scale, v_scale=v_scale)
     assert rel_err(out, ref) < BOUND, rel_err(out, ref)
+    assert torch.equal(h.oracle(case), ref)     # the harness's oracle reads the pool SGLang holds
     # the read path really is K * k_scale and V * v_scale: other readings are far off
     wrong_v, _ = verify_attention_reference(*case.args(), k_scale=case.k_scale, v_scale=case.k_scale * 2 * v_factor)
     unscaled, _ = verify_attention_reference(*case.args(), k_scale=1.0, v_scale=1.0)
