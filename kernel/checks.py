@@ -19,6 +19,7 @@ ROW_BYTES = HEAD_DIM * 2  # one bf16 row of the MLA pool (or of k_extend)
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 _INTS = (torch.int32, torch.int64)
 _MASKS = (torch.bool, torch.uint8)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 
 
 class VerifyInputError(ValueError):
@@ -43,16 +44,26 @@ def _dtype(name: str, t: torch.Tensor, allowed: tuple) -> None:
 
 
 def check_shapes(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
-                 qo_indptr, sm_scale, *, float_dtypes=_FLOATS) -> tuple[int, int]:
-    """Shape/dtype/device checks that need no device read. Returns (batch size, H)."""
+                 qo_indptr, sm_scale, *, float_dtypes=_FLOATS, kv_dtypes=None) -> tuple[int, int]:
+    """Shape/dtype/device checks that need no device read. Returns (batch size, H).
+
+    float_dtypes: allowed for q and k_extend, and for kv_cache unless kv_dtypes is given
+    (the oracle adds float8_e4m3fn there). An fp8 kv_cache outside them is refused with a
+    message saying so: the CUDA kernel does not read SGLang's fp8 pool yet (issue 13).
+    """
     _rank("q", q, 3, "[num_tokens, H, 576]")
     _rank("kv_cache", kv_cache, 3, "[num_slots, 1, 576]")
     _rank("k_extend", k_extend, 3, "[num_tokens, 1, 576]")
     _rank("kv_indptr", kv_indptr, 1, "[bs + 1]")
     _rank("kv_indices", kv_indices, 1, "[>= kv_indptr[-1]]")
     _rank("qo_indptr", qo_indptr, 1, "[bs + 1]")
-    for name, t in (("q", q), ("kv_cache", kv_cache), ("k_extend", k_extend)):
-        _dtype(name, t, float_dtypes)
+    kv_dtypes = float_dtypes if kv_dtypes is None else kv_dtypes
+    if kv_cache.dtype in FP8_DTYPES and not any(d in FP8_DTYPES for d in kv_dtypes):
+        _fail("kv_cache", f"dtype {str(kv_cache.dtype).replace('torch.', '')} (an fp8 KV cache) is not supported by "
+              "the kernel yet; kernel.reference.verify_attention_reference reads it with k_scale / v_scale")
+    for name, t, allowed in (("q", q, float_dtypes), ("kv_cache", kv_cache, kv_dtypes),
+                             ("k_extend", k_extend, float_dtypes)):
+        _dtype(name, t, allowed)
     for name, t in (("kv_indptr", kv_indptr), ("kv_indices", kv_indices), ("qo_indptr", qo_indptr)):
         _dtype(name, t, _INTS)
     if q.shape[2] != HEAD_DIM:

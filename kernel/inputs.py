@@ -6,6 +6,11 @@ budget. Pools: contiguous, scattered (at any page size; page 1 is SGLang's defau
 and fragmented by simulated allocate/free churn. Every pool slot that no prefix token
 owns (the padding page, free slots, the draft tokens' own slots) holds NaN, so a stray
 read poisons the output instead of passing silently.
+
+KV pools: the model dtype (`kv_dtype="auto"`, SGLang's default) or SGLang's fp8 pool
+(`kv_dtype="fp8_e4m3"`: float8_e4m3fn rows written as SGLang writes them, kernel/fp8.py;
+NaN poison is the e4m3fn NaN byte 0x7f there). An fp8 case records k_scale / v_scale,
+which the oracle needs: `verify_attention_reference(*case.args(), **case.kwargs())`.
 """
 from __future__ import annotations
 
@@ -15,9 +20,11 @@ from dataclasses import dataclass, field
 import torch
 
 from .checks import HEAD_DIM, VerifyInputError
+from .fp8 import FP8, FP8_MAX, FP8_NAN_BYTES, check_scale, quantize_mla_rows
 
 TREES = ("chain", "star", "random", "ddtree")
 LAYOUTS = ("contiguous", "scattered", "fragmented")
+KV_DTYPES = ("auto", "fp8_e4m3")  # SGLang's --kv-cache-dtype names; auto = the model dtype
 SM_SCALE = 192 ** -0.5  # DeepSeek-V3 / Kimi-K2: (qk_nope 128 + rope 64) ** -0.5, no YaRN mscale
 
 
@@ -110,26 +117,54 @@ class VerifyCase:
     qo_indptr: torch.Tensor    # [bs + 1] int32
     sm_scale: float
     meta: dict = field(default_factory=dict)
+    k_scale: float | None = None   # fp8 pools: the layer's k_scale (SGLang's k_scale_float)
+    v_scale: float | None = None   # fp8 pools: the layer's v_scale
 
     def args(self) -> tuple:
         """Positional arguments of verify_attention / verify_attention_reference."""
         return (self.q, self.kv_cache, self.kv_indptr, self.kv_indices, self.k_extend,
                 self.custom_mask, self.mask_indptr, self.qo_indptr, self.sm_scale)
 
+    def kwargs(self) -> dict:
+        """Keyword arguments the oracle needs besides `args()`: {} for a model-dtype pool,
+        {"k_scale": .., "v_scale": ..} for an fp8 pool (floats, SGLang's descales)."""
+        if self.k_scale is None and self.v_scale is None:
+            return {}
+        return {"k_scale": self.k_scale, "v_scale": self.v_scale}
+
 
 def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", layout: str = "scattered",
               page_size: int = 1, seed: int = 0, dtype=torch.bfloat16, device="cpu", slack: float = 0.5,
-              causal: bool = False) -> VerifyCase:
+              causal: bool = False, kv_dtype: str = "auto", k_scale: float | None = None,
+              v_scale: float | None = None) -> VerifyCase:
     """Build a seeded, reproducible ragged verify batch.
 
     prefix_lens / draft_lens: per-request S_b and T_b (lists of equal length).
     causal=True passes custom_mask=None (SGLang's chain verify without a mask).
+    dtype: q, k_extend and (kv_dtype="auto") the pool.
+    kv_dtype="fp8_e4m3": the pool is float8_e4m3fn [num_slots, 1, 576] (what SGLang's
+      get_key_buffer hands its kernels), the prefix rows drawn in `dtype` and quantized with
+      k_scale as SGLang writes them. k_scale defaults to max |row| / 448 over the prefix rows
+      (1.0, SGLang's default, when there are none), so the full e4m3 range is used and a
+      kernel that ignores the scale fails; v_scale defaults to k_scale (SGLang duplicates a
+      single checkpoint kv_scale). The same seed gives the same rows, q and tree as "auto".
     """
     prefix_lens, draft_lens = [int(s) for s in prefix_lens], [int(t) for t in draft_lens]
     if len(prefix_lens) != len(draft_lens) or not prefix_lens:
         raise VerifyInputError(f"draft_lens: {len(draft_lens)} entries for {len(prefix_lens)} prefix lengths")
     if page_size < 1:
         raise VerifyInputError(f"page_size: must be >= 1, got {page_size}")
+    if kv_dtype not in KV_DTYPES:
+        raise VerifyInputError(f"kv_dtype: unknown {kv_dtype!r} (expected one of {', '.join(KV_DTYPES)})")
+    fp8 = kv_dtype == "fp8_e4m3"
+    if not fp8 and (k_scale is not None or v_scale is not None):
+        raise VerifyInputError(f"{'k_scale' if k_scale is not None else 'v_scale'}: scales are for "
+                               f"kv_dtype='fp8_e4m3', got kv_dtype={kv_dtype!r} with "
+                               f"k_scale={k_scale!r}, v_scale={v_scale!r}")
+    if k_scale is not None:
+        k_scale = check_scale("k_scale", k_scale)
+    if v_scale is not None:
+        v_scale = check_scale("v_scale", v_scale)
     gen = torch.Generator().manual_seed(seed)
     num_slots, slots = _pool_slots(layout, prefix_lens, page_size, gen, slack)
     N = sum(draft_lens)
@@ -138,10 +173,25 @@ def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", 
     def rnd(*shape):
         return torch.randn(*shape, generator=dgen, device=device, dtype=torch.float32).to(dtype)
 
-    kv_cache = torch.full((num_slots, 1, HEAD_DIM), float("nan"), dtype=dtype, device=device)
+    if fp8:
+        # SGLang keeps an fp8 pool as uint8 bytes and views it as e4m3fn; writing through the
+        # byte view also avoids index_put on fp8, which not every torch build implements.
+        pool = torch.full((num_slots, 1, HEAD_DIM), FP8_NAN_BYTES[0], dtype=torch.uint8, device=device)
+        kv_cache = pool.view(FP8)
+    else:
+        kv_cache = torch.full((num_slots, 1, HEAD_DIM), float("nan"), dtype=dtype, device=device)
     kv_indices = torch.cat(slots).to(device) if slots else torch.empty(0, dtype=torch.long, device=device)
     if kv_indices.numel():
-        kv_cache[kv_indices] = rnd(kv_indices.numel(), 1, HEAD_DIM)
+        rows = rnd(kv_indices.numel(), 1, HEAD_DIM)
+        if fp8:
+            if k_scale is None:
+                k_scale = float(rows.abs().max()) / FP8_MAX
+            pool[kv_indices] = quantize_mla_rows(rows, k_scale).view(torch.uint8)
+        else:
+            kv_cache[kv_indices] = rows
+    if fp8:
+        k_scale = 1.0 if k_scale is None else k_scale
+        v_scale = k_scale if v_scale is None else v_scale
     q = rnd(N, heads, HEAD_DIM)
     k_extend = rnd(N, 1, HEAD_DIM)
     kv_indptr = torch.tensor([0] + prefix_lens, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
@@ -162,14 +212,15 @@ def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", 
         custom_mask = (torch.cat(masks) if masks else torch.empty(0, dtype=torch.uint8)).to(device)
         mask_indptr = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(device)
     meta = dict(prefix_lens=prefix_lens, draft_lens=draft_lens, heads=heads, tree="chain" if causal else tree,
-                layout=layout, page_size=page_size, seed=seed, parents=trees, causal=causal)
+                layout=layout, page_size=page_size, seed=seed, parents=trees, causal=causal, kv_dtype=kv_dtype)
     return VerifyCase(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr,
-                      SM_SCALE, meta)
+                      SM_SCALE, meta, k_scale, v_scale)
 
 
 def random_case(seed: int, *, max_prefix: int = 300, max_draft: int = 24, max_batch: int = 4,
-                max_heads: int = 16, dtype=torch.bfloat16, device="cpu") -> VerifyCase:
-    """A random configuration across every generator and layout (for sweeps of many cases)."""
+                max_heads: int = 16, dtype=torch.bfloat16, device="cpu", kv_dtype: str = "auto") -> VerifyCase:
+    """A random configuration across every generator and layout (for sweeps of many cases);
+    kv_dtype as in `make_case` (the same seed draws the same configuration for either)."""
     g = torch.Generator().manual_seed(10_000 + seed)
 
     def pick(seq):
@@ -180,4 +231,4 @@ def random_case(seed: int, *, max_prefix: int = 300, max_draft: int = 24, max_ba
     draft = [int(torch.randint(1, max_draft + 1, (1,), generator=g)) for _ in range(bs)]
     heads = pick([h for h in (1, 2, 4, 8, 16, 32, 64, 128) if h <= max_heads])
     return make_case(prefix, draft, heads, tree=pick(TREES), layout=pick(LAYOUTS), page_size=pick([1, 16, 64]),
-                     seed=seed, dtype=dtype, device=device, causal=pick([False] * 5 + [True]))
+                     seed=seed, dtype=dtype, device=device, causal=pick([False] * 5 + [True]), kv_dtype=kv_dtype)

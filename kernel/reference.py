@@ -4,16 +4,19 @@ Every number this project reports is checked against this function. It is writte
 clarity, not speed: per request it gathers the prefix rows through `kv_indices`, appends
 the draft rows from `k_extend`, and applies the tree mask to the draft block only
 (SGLang's `skip_prefix_custom_mask=True`: every draft token sees the whole prefix).
+An fp8 pool is dequantized first, exactly as SGLang's kernels read it (kernel/fp8.py):
+prefix K = row * k_scale, prefix V = row[:512] * v_scale; the draft rows are used as given.
 """
 from __future__ import annotations
 
 import torch
 
-from .checks import V_DIM, check_shapes, check_values
+from .checks import _FLOATS, V_DIM, VerifyInputError, check_shapes, check_values
+from .fp8 import FP8, check_scale, dequantize_keys, dequantize_values, is_fp8
 
 
 def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask,
-                               mask_indptr, qo_indptr, sm_scale):
+                               mask_indptr, qo_indptr, sm_scale, *, k_scale=None, v_scale=None):
     """Float64 MLA tree-verify attention.
 
     Args (SGLang's names and layouts; bs requests, request b has S_b prefix tokens and
@@ -30,12 +33,27 @@ def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, cus
       mask_indptr: [bs + 1] int32/int64 (None when custom_mask is None)
       qo_indptr:   [bs + 1] int32/int64, draft-token offsets (T_b = diff)
       sm_scale:    float, softmax scale on q.k (SGLang's layer.scaling)
+    Keyword args (SGLang's k_descale / v_descale, layer.k_scale_float / v_scale_float):
+      k_scale:     float > 0, multiplies the prefix keys (all 576 columns of kv_cache rows);
+                   required when kv_cache is float8_e4m3fn, optional (default: none) otherwise
+      v_scale:     float > 0, multiplies the prefix values (the first 512 columns); required
+                   with an fp8 kv_cache. Neither touches k_extend (SGLang reads the draft
+                   rows unscaled, from the model's own k).
     Returns:
       o:   [N, H, 512] float64
       lse: [N, H] float64, natural-log log-sum-exp of the scaled logits
     Raises VerifyInputError naming the argument and value on malformed input.
     """
-    check_shapes(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale)
+    check_shapes(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale,
+                 kv_dtypes=_FLOATS + (FP8,))
+    if is_fp8(kv_cache):
+        for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if value is None:
+                raise VerifyInputError(f"{name}: required with an fp8 kv_cache ({str(kv_cache.dtype)[6:]}): "
+                                       "pass the layer's scale (SGLang's layer.k_scale_float / v_scale_float; 1.0 "
+                                       "when the checkpoint has none)")
+    k_scale = None if k_scale is None else check_scale("k_scale", k_scale)
+    v_scale = None if v_scale is None else check_scale("v_scale", v_scale)
     check_values(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr)
     kvp, qop = kv_indptr.tolist(), qo_indptr.tolist()
     N, H, D = q.shape
@@ -46,7 +64,15 @@ def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, cus
         T, S = q1 - q0, k1 - k0
         if T == 0:
             continue
-        keys = torch.cat([kv_cache[kv_indices[k0:k1].long(), 0], k_extend[q0:q1, 0]]).double()  # [S+T, 576]
+        rows = kv_cache[kv_indices[k0:k1].long(), 0]                                              # [S, 576]
+        draft = k_extend[q0:q1, 0].double()                                                        # [T, 576]
+        prefix_k = rows.double() if k_scale is None else dequantize_keys(rows, k_scale)
+        keys = torch.cat([prefix_k, draft])                                                        # [S+T, 576]
+        if v_scale == k_scale:          # one scale (or none): V is a view of K, as in the pool
+            values = keys[:, :V_DIM]
+        else:
+            prefix_v = rows[:, :V_DIM].double() if v_scale is None else dequantize_values(rows, v_scale)
+            values = torch.cat([prefix_v, draft[:, :V_DIM]])                                       # [S+T, 512]
         logits = torch.einsum("thd,kd->thk", q[q0:q1].double(), keys) * sm_scale                # [T, H, S+T]
         if custom_mask is not None:
             m0 = int(mask_indptr[b])
@@ -56,5 +82,5 @@ def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, cus
         allowed = torch.cat([torch.ones(T, S, dtype=torch.bool, device=q.device), tree], 1)
         logits = logits.masked_fill(~allowed[:, None, :], float("-inf"))
         lse[q0:q1] = torch.logsumexp(logits, -1)
-        o[q0:q1] = torch.softmax(logits, -1) @ keys[:, :V_DIM]
+        o[q0:q1] = torch.softmax(logits, -1) @ values
     return o, lse

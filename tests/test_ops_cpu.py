@@ -79,3 +79,11 @@ def test_large_tier_override_is_checked():
     assert _large_tier("4") == 4
     with pytest.raises(VerifyInputError, match="MLA_VERIFY_LARGE_TIER='fast'"):
         _large_tier("fast")
+
+
+def test_fp8_kv_cache_is_refused_until_the_kernel_reads_it():
+    # issue 13: SGLang's fp8 pool reaches the wrapper as float8_e4m3fn; the kernel reads bf16 only
+    c = make_case([10, 3], [4, 2], 2, seed=0, kv_dtype="fp8_e4m3")
+    with pytest.raises(VerifyInputError, match=r"^kv_cache: dtype float8_e4m3fn \(an fp8 KV cache\) is not "
+                                               r"supported by the kernel yet"):
+        verify_attention(*c.args())

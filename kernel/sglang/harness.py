@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..checks import HEAD_DIM, V_DIM
+from ..fp8 import FP8_NAN_BYTES
 from ..reference import verify_attention_reference
 
 DRAFT = 8          # --speculative-num-draft-tokens of the published ServerArgs
@@ -200,11 +201,22 @@ class Harness:
         g = torch.Generator(device=dev).manual_seed(2000 + seed)
         for layer in range(self.layers):
             buf = self.layer_pool(layer)
-            buf.fill_(float("nan"))  # unowned slots poison any stray read
+            buf.fill_(FP8_NAN_BYTES[0] if self._as_bytes else float("nan"))  # unowned slots poison stray reads
             if layer == 0:
-                buf[:slots] = case.kv_cache.to(device=dev, dtype=buf.dtype)
+                buf[:slots] = self._as_stored(case.kv_cache.to(dev))
             elif owned.numel():
-                buf[owned] = torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev).to(buf.dtype)
+                buf[owned] = self._as_stored(torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev))
+
+    @property
+    def _as_bytes(self) -> bool:
+        # SGLang keeps an fp8 pool as uint8 bytes (store_dtype) and views them as e4m3fn
+        return self.pool.store_dtype != self.pool.dtype
+
+    def _as_stored(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows in the pool's storage dtype: an fp8 pool takes their e4m3 bytes."""
+        if self._as_bytes:
+            return rows.to(self.pool.dtype).view(self.pool.store_dtype)
+        return rows.to(self.pool.store_dtype)
 
     def _draft_slots(self, n: int) -> torch.Tensor:
         """Free slots at the end of the pool for n draft tokens, as the spec worker allocates them."""
@@ -297,13 +309,18 @@ class Harness:
         return outs[0] if self.layers == 1 else outs
 
     def oracle(self, case, layer: int = 0, seed: int = 0) -> torch.Tensor:
-        """Float64 oracle [N, H, 512] of `layer` for the case as last loaded (its pool rows)."""
+        """Float64 oracle [N, H, 512] of `layer` for the case as last loaded (its pool rows; an
+        fp8 pool read through its e4m3 view with the layer's k_scale_float / v_scale_float)."""
         qs, ks = self.layer_inputs(case, seed)
-        return verify_attention_reference(qs[layer].to(self.device), self.layer_pool(layer), case.kv_indptr.to(self.device),
+        pool = self.layer_pool(layer)
+        pool = pool.view(self.pool.dtype) if self._as_bytes else pool
+        radix = self.radix[layer]
+        scales = {} if radix.k_scale_float is None else dict(k_scale=radix.k_scale_float, v_scale=radix.v_scale_float)
+        return verify_attention_reference(qs[layer].to(self.device), pool, case.kv_indptr.to(self.device),
                                           case.kv_indices.to(self.device), ks[layer].to(self.device),
                                           None if case.custom_mask is None else case.custom_mask.to(self.device),
                                           None if case.mask_indptr is None else case.mask_indptr.to(self.device),
-                                          case.qo_indptr.to(self.device), self.layer.scaling)[0]
+                                          case.qo_indptr.to(self.device), self.layer.scaling, **scales)[0]
 
 
 def oracle(case):
