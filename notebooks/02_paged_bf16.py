@@ -332,7 +332,7 @@ if not l2.empty:
 # allows:
 # - **stream**: the kernel without its math and merge, i.e. the paged KV gather alone, as GB/s
 #   of KV bytes and as a fraction of the read ceiling measured in the same run, per L2 policy
-#   (`plain`, or the small tier's `evict_first`);
+#   (`plain`, or `evict_first`, which the small and design D tiers use);
 # - **mma**: the kernel without its KV loads, i.e. the per-tile matrix work on tiles already
 #   in shared memory, as SM clocks per 16-token tile on the busiest thread block;
 # - **full**: the whole kernel, with the time of the log-sum-exp merge of the partial results

@@ -28,8 +28,8 @@ IMPL_LABELS = {k: v[0] for k, v in IMPLS.items()}
 # (notebooks.data.bench_frame leaves them out unless asked).
 VARIANTS = {
     "flash_rows64": ("ours, rows64 tier forced",
-                     "our kernel with its 64-row tier forced (`tier=0`), measured where the "
-                     "default picked the small tier: what the small tier gained."),
+                     "our kernel with its first 64-row tier (rows64) forced (`tier=0`), measured "
+                     "beside the default pick up to T = 64: what the newer tiers gained."),
     "flash_l2flushed": ("ours, L2 flushed before each call",
                         "our kernel with the GPU's L2 cache flushed before every call, at the "
                         "short prefixes whose KV fits in L2: whether the warm timings flatter it."),
