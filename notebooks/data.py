@@ -492,21 +492,29 @@ def estimate_at(est: pd.DataFrame, tier: int | None, S: int = CENTRE["S"], T: in
     return at.iloc[0].to_dict() if not at.empty else None
 
 
+_ROWSD_MANGLED = re.compile(r"mla_verify_kernel_rowsdILi(\d)ELi(\d)E")
+
+
+def _readable_variant(variant: str) -> str:
+    """A build record's variant as kernel.build names it now: a record made before the design D
+    kernels had readable names kept their mangled <HALVES, DIAG> ones."""
+    m = _ROWSD_MANGLED.search(variant)
+    return f"rows{32 * int(m.group(1))}d" + ("_diag" if m.group(2) == "1" else "") if m else variant
+
+
 def _variant_tier(variant: str) -> str:
     """The build record's variant name as a tile: small_nt4 -> small (32-row tiles), rows64,
-    combine_r32 -> merge of 32-row tiles."""
+    rows64d, rows32d_diag -> rows32d (32-row tiles), diagnostic copy, combine_r32 -> merge of
+    32-row tiles."""
+    variant = _readable_variant(variant)
     m = re.fullmatch(r"small_nt(\d+)", variant)
     if m:
         return tier_name(int(m.group(1)))
     if variant == "rows64":
         return tier_name(0)
-    # design D: 'rows64d', 'rows32d_diag', or the mangled <HALVES, DIAG> name of an older record
     m = re.fullmatch(r"rows(32|64)d(_diag)?", variant)
-    mangled = re.search(r"mla_verify_kernel_rowsdILi(\d)ELi(\d)E", variant)
-    if m or mangled:
-        halves, diag = (int(m.group(1)) // 32, bool(m.group(2))) if m else \
-            (int(mangled.group(1)), mangled.group(2) == "1")
-        return tier_name(8 if halves == 2 else 6) + (", diagnostic copy" if diag else "")
+    if m:
+        return tier_name(8 if m.group(1) == "64" else 6) + (", diagnostic copy" if m.group(2) else "")
     m = re.fullmatch(r"combine_r(\d+)", variant)
     return f"merge of {m.group(1)}-row tiles" if m else variant
 
@@ -528,10 +536,7 @@ def resources_frame(doc: dict, arch: str, beside: str = "sm_90") -> pd.DataFrame
     other = other[~other.index.duplicated()]
     on = on.join(other, on=["kernel", "variant"])
     on["tile"] = on["variant"].map(_variant_tier)
-    # a record made before the design D kernels had readable names kept their mangled ones
-    on["variant"] = [re.sub(r".*mla_verify_kernel_rowsdILi(\d)ELi(\d)E.*",
-                            lambda m: f"rows{32 * int(m.group(1))}d" + ("_diag" if m.group(2) == "1" else ""), v)
-                     for v in on["variant"]]
+    on["variant"] = on["variant"].map(_readable_variant)
     return on[["kernel", "variant", "tile", "registers", "registers_sm90", "spill_stores",
                "spill_loads", "stack", "smem_static"]].reset_index(drop=True)
 
