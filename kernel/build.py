@@ -104,10 +104,14 @@ _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 def _variant(mangled: str) -> str:
     """A readable name for one instantiation: 'rows64', 'small_nt4', 'rows64d', 'rows32d_diag',
-    'combine_r32', ..."""
+    'small_nt1_fp8', 'rows64d_fp8', 'combine_r32', ..."""
     args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
+    if "mla_verify_kernel_small_fp8" in mangled and args:
+        return f"small_nt{args[0]}_fp8"
     if "mla_verify_kernel_small" in mangled and args:
         return f"small_nt{args[0]}"
+    if "mla_verify_kernel_rowsd_fp8" in mangled and args:   # <HALVES>
+        return f"rows{32 * args[0]}d_fp8"
     if "mla_verify_kernel_rowsd" in mangled and len(args) >= 2:   # <HALVES, DIAG>
         return f"rows{32 * args[0]}d" + ("_diag" if args[1] else "")
     if "mla_verify_kernel_rows64" in mangled:
@@ -193,12 +197,13 @@ def load(archs=ARCHS) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(d / LIB))
     vp, i, ll, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
     lib.mla_verify_launch.argtypes = [vp, vp, ll, vp, i, vp, i, vp, ll, vp, vp, i, vp, i, i, i, i, f, vp, vp,
-                                      vp, i, i, vp, i, i]
+                                      vp, i, i, vp, i, i, i, f, f]
     lib.mla_verify_launch.restype = i
     lib.mla_verify_workspace_bytes.argtypes = [i, i]
     lib.mla_verify_workspace_bytes.restype = ll
     lib.mla_verify_rows_per_cta.argtypes = [i]
     lib.mla_verify_tier_smem_bytes.argtypes = [i]
+    lib.mla_verify_tier_smem_bytes_fp8.argtypes = [i]
     lib.mla_verify_error_string.argtypes = [i]
     lib.mla_verify_error_string.restype = ctypes.c_char_p
     lib.mla_verify_num_sms.argtypes = [i]

@@ -15,6 +15,7 @@ import torch
 HEAD_DIM = 576  # 512 latent (c_KV, also V) + 64 rope
 V_DIM = 512
 ROW_BYTES = HEAD_DIM * 2  # one bf16 row of the MLA pool (or of k_extend)
+FP8_ROW_BYTES = HEAD_DIM  # one row of SGLang's fp8_e4m3 MLA pool
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 _INTS = (torch.int32, torch.int64)
@@ -48,8 +49,8 @@ def check_shapes(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask
     """Shape/dtype/device checks that need no device read. Returns (batch size, H).
 
     float_dtypes: allowed for q and k_extend, and for kv_cache unless kv_dtypes is given
-    (the oracle adds float8_e4m3fn there). An fp8 kv_cache outside them is refused with a
-    message saying so: the CUDA kernel does not read SGLang's fp8 pool yet (issue 13).
+    (the oracle and the CUDA kernel add float8_e4m3fn there, SGLang's fp8 pool). An fp8
+    kv_cache outside kv_dtypes is refused with a message naming its dtype.
     """
     _rank("q", q, 3, "[num_tokens, H, 576]")
     _rank("kv_cache", kv_cache, 3, "[num_slots, 1, 576]")
@@ -59,8 +60,8 @@ def check_shapes(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask
     _rank("qo_indptr", qo_indptr, 1, "[bs + 1]")
     kv_dtypes = float_dtypes if kv_dtypes is None else kv_dtypes
     if kv_cache.dtype in FP8_DTYPES and not any(d in FP8_DTYPES for d in kv_dtypes):
-        _fail("kv_cache", f"dtype {str(kv_cache.dtype).replace('torch.', '')} (an fp8 KV cache) is not supported by "
-              "the kernel yet; kernel.reference.verify_attention_reference reads it with k_scale / v_scale")
+        _fail("kv_cache", f"dtype {str(kv_cache.dtype).replace('torch.', '')} (an fp8 KV cache) is not supported "
+              "here; SGLang's fp8_e4m3 pool (float8_e4m3fn) is, with k_scale / v_scale")
     for name, t, allowed in (("q", q, float_dtypes), ("kv_cache", kv_cache, kv_dtypes),
                              ("k_extend", k_extend, float_dtypes)):
         _dtype(name, t, allowed)

@@ -14,6 +14,7 @@ import torch
 
 from . import build
 from .checks import HEAD_DIM, V_DIM, VerifyInputError, check_shapes, check_values
+from .fp8 import FP8, check_scale
 
 MAX_HEADS = 128
 DEFAULT_MAX_BS = 4096
@@ -23,6 +24,9 @@ DEFAULT_MAX_BS = 4096
 # the MMA's M dimension), 1/2/4 = small (operands swapped, 8 * id rows), 6/8 = rows32d/rows64d
 # (design D of the kernel memo: 32-row pipelines, one or two per CTA).
 TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64}
+# The tiers that read SGLang's fp8_e4m3 pool (e4m3 rows widened to bf16 in shared memory);
+# rows64 (0), kept only to be forced in benchmarks, reads bf16 only.
+FP8_TIERS = (1, 2, 4, 6, 8)
 # The tier for requests of more than 32 rows, and when the rows per request are not known
 # statically: rows64d (8), measured faster there than rows64 (0) and the 32-row tiers on the
 # H200 (kernel/NOTES.md). MLA_VERIFY_LARGE_TIER overrides it (read once at import): 4 selects
@@ -98,8 +102,10 @@ def _is64(t: torch.Tensor) -> int:
 
 
 def launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
-           workspace: torch.Tensor, target_ctas: int, max_bs: int, mode: int = 0, tier: int = 0) -> None:
-    """Enqueue the kernel of `tier` and the merge on the current stream (no checks: callers check)."""
+           workspace: torch.Tensor, target_ctas: int, max_bs: int, mode: int = 0, tier: int = 0,
+           k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """Enqueue the kernel of `tier` and the merge on the current stream (no checks: callers check).
+    An fp8 kv_cache (float8_e4m3fn) is read with k_scale / v_scale on the prefix rows."""
     lib = build.load()
     stream = torch.cuda.current_stream(q.device).cuda_stream
     err = lib.mla_verify_launch(
@@ -110,7 +116,7 @@ def launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indpt
         mask_indptr.data_ptr() if mask_indptr is not None else None, _is64(mask_indptr) if mask_indptr is not None else 1,
         qo_indptr.data_ptr(), _is64(qo_indptr), qo_indptr.shape[0] - 1, q.shape[0], q.shape[1], float(sm_scale),
         o.data_ptr(), lse.data_ptr() if lse is not None else None, workspace.data_ptr(), target_ctas, max_bs, stream,
-        mode, tier)
+        mode, tier, int(kv_cache.dtype == FP8), float(k_scale), float(v_scale))
     if err != 0:
         raise RuntimeError(f"mla_verify launch failed: {lib.mla_verify_error_string(err).decode()} (cudaError {err})")
 
@@ -119,20 +125,21 @@ def launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indpt
 def _verify_op(q: torch.Tensor, kv_cache: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor | None,
                k_extend: torch.Tensor, custom_mask: torch.Tensor | None, mask_indptr: torch.Tensor | None,
                qo_indptr: torch.Tensor, sm_scale: float, o: torch.Tensor, lse: torch.Tensor | None,
-               workspace: torch.Tensor, target_ctas: int, max_bs: int, tier: int) -> None:
+               workspace: torch.Tensor, target_ctas: int, max_bs: int, tier: int, k_scale: float,
+               v_scale: float) -> None:
     launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
-           workspace, target_ctas, max_bs, 0, tier)
+           workspace, target_ctas, max_bs, 0, tier, k_scale, v_scale)
 
 
 @_verify_op.register_fake
 def _(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
-      workspace, target_ctas, max_bs, tier):
+      workspace, target_ctas, max_bs, tier, k_scale, v_scale):
     return None
 
 
 def _check_layout(name: str, t: torch.Tensor, row_elems: int) -> None:
-    # 16-byte cp.async loads need unit stride along the head dim and 8-element-aligned rows
-    if t.stride(-1) != 1 or t.stride(0) % 8 or t.data_ptr() % 16:
+    # 16-byte cp.async loads need unit stride along the head dim and 16-byte-aligned rows
+    if t.stride(-1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
         raise VerifyInputError(f"{name}: rows must be 16-byte aligned with unit stride along the last dim "
                                f"(strides {tuple(t.stride())})")
     if t.dim() == 3 and t.shape[1] == 1:
@@ -142,17 +149,22 @@ def _check_layout(name: str, t: torch.Tensor, row_elems: int) -> None:
 
 
 def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale,
-                     *, out=None, lse_out=None, workspace: Workspace | None = None, validate: bool = False,
+                     *, k_scale: float | None = None, v_scale: float | None = None, out=None, lse_out=None,
+                     workspace: Workspace | None = None, validate: bool = False,
                      max_draft_len: int | None = None, tier: int | None = None):
-    """Paged bf16 MLA tree-verify attention on the GPU.
+    """Paged MLA tree-verify attention on the GPU, on a bf16 or an fp8_e4m3 KV pool.
 
     Args: exactly the oracle's (see `verify_attention_reference`), on one CUDA device:
-      q [N, H, 576] bf16 contiguous; kv_cache [num_slots, 1, 576] bf16 (V = first 512
-      columns); kv_indptr [bs + 1] int32/int64; kv_indices int32/int64 per-token slots, or
+      q [N, H, 576] bf16 contiguous; kv_cache [num_slots, 1, 576] bf16, or float8_e4m3fn
+      (SGLang's `--kv-cache-dtype fp8_e4m3` pool as `get_key_buffer` returns it; rows of 576
+      bytes) (V = first 512 columns); kv_indptr [bs + 1] int32/int64; kv_indices int32/int64 per-token slots, or
       None for identity (request b's prefix is slots kv_indptr[b] ..); k_extend [N, 1, 576]
       bf16; custom_mask uint8/bool FULL_MASK layout with mask_indptr [bs + 1], or None for a
       causal chain; qo_indptr [bs + 1] int32/int64; sm_scale float. H <= 128.
     Keyword args:
+      k_scale, v_scale: floats > 0, SGLang's layer.k_scale_float / v_scale_float (1.0 when the
+               checkpoint has none): prefix K = e4m3 row * k_scale, prefix V = row[:512] * v_scale;
+               k_extend is read as given. Required with an fp8 kv_cache; with bf16, None or 1.0.
       out:     [N, H, 512] bf16 to write (allocated when None)
       lse_out: [N, H] fp32 natural-log LSE to write (allocated when None)
       workspace: a Workspace on q's device (`get_workspace(q.device)` when None)
@@ -166,12 +178,20 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
     Returns (o, lse).
     """
     bs, H = check_shapes(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else kv_indptr, k_extend,
-                         custom_mask, mask_indptr, qo_indptr, sm_scale, float_dtypes=(torch.bfloat16,))
+                         custom_mask, mask_indptr, qo_indptr, sm_scale, float_dtypes=(torch.bfloat16,),
+                         kv_dtypes=(torch.bfloat16, FP8))
+    fp8 = kv_cache.dtype == FP8
+    k_scale, v_scale = _scales(fp8, k_scale, v_scale)
     N = q.shape[0]
     if tier is None:
         tier = pick_tier(H, N, bs, max_draft_len)
+        if fp8 and tier not in FP8_TIERS:   # MLA_VERIFY_LARGE_TIER=0 (rows64): its fp8 stand-in
+            tier = 8
     elif tier not in TIERS:
         raise VerifyInputError(f"tier: {tier!r} is not one of {sorted(TIERS)}")
+    if fp8 and tier not in FP8_TIERS:
+        raise VerifyInputError(f"tier: {tier} (rows64) reads a bf16 pool only; an fp8 kv_cache takes one of "
+                               f"{list(FP8_TIERS)}")
     if H > MAX_HEADS:
         raise VerifyInputError(f"q: {H} heads, the kernel supports at most {MAX_HEADS}")
     _check_layout("q", q, HEAD_DIM)
@@ -206,5 +226,20 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
         lse_out = torch.empty(N, H, dtype=torch.float32, device=q.device)
     torch.ops.mla_verify.verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
                                           qo_indptr, float(sm_scale), out, lse_out, ws.buffer, ws.target_ctas,
-                                          ws.max_bs, int(tier))
+                                          ws.max_bs, int(tier), k_scale, v_scale)
     return out, lse_out
+
+
+def _scales(fp8: bool, k_scale, v_scale) -> tuple[float, float]:
+    """(k_scale, v_scale) as floats; the bf16 kernels read an unscaled pool."""
+    if fp8:
+        for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if value is None:
+                raise VerifyInputError(f"{name}: required with an fp8 kv_cache (float8_e4m3fn): pass the layer's "
+                                       f"scale (SGLang's layer.{name}_float; 1.0 when the checkpoint has none)")
+        return check_scale("k_scale", k_scale), check_scale("v_scale", v_scale)
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if value is not None and value != 1.0:
+            raise VerifyInputError(f"{name}: {value!r} with a bf16 kv_cache; the kernel scales only an fp8 "
+                                   "pool (None or 1.0 here)")
+    return 1.0, 1.0

@@ -81,9 +81,45 @@ def test_large_tier_override_is_checked():
         _large_tier("fast")
 
 
-def test_fp8_kv_cache_is_refused_until_the_kernel_reads_it():
-    # issue 13: SGLang's fp8 pool reaches the wrapper as float8_e4m3fn; the kernel reads bf16 only
-    c = make_case([10, 3], [4, 2], 2, seed=0, kv_dtype="fp8_e4m3")
-    with pytest.raises(VerifyInputError, match=r"^kv_cache: dtype float8_e4m3fn \(an fp8 KV cache\) is not "
-                                               r"supported by the kernel yet"):
-        verify_attention(*c.args())
+@pytest.fixture
+def fp8_case():
+    return make_case([10, 3], [4, 2], 2, seed=0, kv_dtype="fp8_e4m3", k_scale=0.5, v_scale=0.25)
+
+
+def test_fp8_pool_passes_the_checks_with_its_scales(fp8_case):
+    # SGLang's fp8 pool (float8_e4m3fn view) with both scales gets past every check; the call
+    # stops only at the device check, so the CPU never reaches a launch
+    with pytest.raises(VerifyInputError, match=r"^q: is on cpu; the kernel runs on CUDA"):
+        verify_attention(*fp8_case.args(), **fp8_case.kwargs())
+
+
+@pytest.mark.parametrize("missing", ["k_scale", "v_scale"])
+def test_fp8_pool_needs_both_scales(fp8_case, missing):
+    kw = dict(fp8_case.kwargs(), **{missing: None})
+    with pytest.raises(VerifyInputError, match=rf"^{missing}: required with an fp8 kv_cache \(float8_e4m3fn\)"):
+        verify_attention(*fp8_case.args(), **kw)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), "1.0"])
+def test_fp8_scales_must_be_positive_finite_floats(fp8_case, bad):
+    with pytest.raises(VerifyInputError, match=r"^v_scale: "):
+        verify_attention(*fp8_case.args(), k_scale=1.0, v_scale=bad)
+
+
+def test_a_bf16_pool_takes_no_scale(case):
+    with pytest.raises(VerifyInputError, match=r"^k_scale: 2.0 with a bf16 kv_cache"):
+        verify_attention(*case.args(), k_scale=2.0)
+
+
+def test_rows64_does_not_read_fp8(fp8_case):
+    with pytest.raises(VerifyInputError, match=r"^tier: 0 \(rows64\) reads a bf16 pool only"):
+        verify_attention(*fp8_case.args(), **fp8_case.kwargs(), tier=0)
+
+
+def test_other_fp8_formats_are_refused_by_dtype(fp8_case):
+    e5m2 = fp8_case.kv_cache.view(torch.uint8).view(torch.float8_e5m2)
+    args = list(fp8_case.args())
+    args[1] = e5m2
+    with pytest.raises(VerifyInputError, match=r"^kv_cache: dtype float8_e5m2 not supported \(expected one of "
+                                               r"bfloat16, float8_e4m3fn\)"):
+        verify_attention(*args, **fp8_case.kwargs())

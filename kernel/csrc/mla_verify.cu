@@ -12,6 +12,8 @@
 // Any tier serves any input (more rows take more row tiles); the host picks the tier from
 // static shapes only, so a launch can be captured in a CUDA graph and replayed with new
 // lengths and trees. Only sm_80-class instructions (mma.sync, ldmatrix, cp.async).
+// SGLang's fp8_e4m3 pool (576-byte rows, per-layer k_scale / v_scale) is read by fp8 copies of
+// the small and design D tiers (`_fp8` kernels): e4m3 rows widened to bf16 in shared memory.
 #include "combine.cuh"
 #include "tier_rows64.cuh"
 #include "tier_rowsd.cuh"
@@ -47,12 +49,12 @@ int blocks_per_sm(K kernel, int smem, int dev, int* cache, int threads = NTHREAD
   return n;
 }
 
-template <int NT>
+template <int NT, bool FP8>
 cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int dev) {
   static bool done[64] = {};
   static int occ[64] = {};
-  constexpr int smem = small::Layout<NT>::SMEM;
-  auto kernel = small::mla_verify_kernel_small<NT>;
+  constexpr int smem = small::Layout<NT, FP8>::SMEM;
+  auto kernel = FP8 ? small::mla_verify_kernel_small_fp8<NT> : small::mla_verify_kernel_small<NT>;
   cudaError_t err = allow_smem(kernel, smem, dev, done);
   if (err != cudaSuccess) return err;
   const int per_sm = blocks_per_sm(kernel, smem, dev, occ);
@@ -92,12 +94,14 @@ cudaError_t launch_combine(const Params& p, unsigned grid, cudaStream_t st, bool
 
 // Design D tiers: HALVES 32-row pipelines per CTA; the one-half CTA runs two per SM where
 // registers and shared memory allow (the occupancy query decides, as for the small tier).
-template <int HALVES>
+template <int HALVES, bool FP8>
 cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int dev, int diag) {
-  using Lo = rowsd::Layout<HALVES>;
+  using Lo = rowsd::Layout<HALVES, FP8>;
   static bool done[2][64] = {};
   static int occ[2][64] = {};
-  auto kernel = diag ? rowsd::mla_verify_kernel_rowsd<HALVES, 1> : rowsd::mla_verify_kernel_rowsd<HALVES, 0>;
+  if (FP8) diag = 0;   // the per-part diagnostics time the bf16 kernels only
+  auto kernel = FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES>
+                    : diag ? rowsd::mla_verify_kernel_rowsd<HALVES, 1> : rowsd::mla_verify_kernel_rowsd<HALVES, 0>;
   cudaError_t err = allow_smem(kernel, Lo::SMEM, dev, done[diag]);
   if (err != cudaSuccess) return err;
   if (HALVES == 1) {
@@ -121,6 +125,11 @@ int mla_verify_smem_bytes() {
   m = m > small::Layout<4>::SMEM ? m : small::Layout<4>::SMEM;
   m = m > rowsd::Layout<1>::SMEM ? m : rowsd::Layout<1>::SMEM;
   m = m > rowsd::Layout<2>::SMEM ? m : rowsd::Layout<2>::SMEM;
+  m = m > small::Layout<1, true>::SMEM ? m : small::Layout<1, true>::SMEM;
+  m = m > small::Layout<2, true>::SMEM ? m : small::Layout<2, true>::SMEM;
+  m = m > small::Layout<4, true>::SMEM ? m : small::Layout<4, true>::SMEM;
+  m = m > rowsd::Layout<1, true>::SMEM ? m : rowsd::Layout<1, true>::SMEM;
+  m = m > rowsd::Layout<2, true>::SMEM ? m : rowsd::Layout<2, true>::SMEM;
   return m;
 }
 int mla_verify_rows_per_cta(int tier) { return rows_of_tier(tier); }
@@ -136,6 +145,17 @@ int mla_verify_tier_smem_bytes(int tier) {
     default: return -1;
   }
 }
+// The same for a tier's fp8 copy, -1 for a tier without one (rows64).
+int mla_verify_tier_smem_bytes_fp8(int tier) {
+  switch (tier) {
+    case 1: return small::Layout<1, true>::SMEM;
+    case 2: return small::Layout<2, true>::SMEM;
+    case 4: return small::Layout<4, true>::SMEM;
+    case 6: return rowsd::Layout<1, true>::SMEM;
+    case 8: return rowsd::Layout<2, true>::SMEM;
+    default: return -1;
+  }
+}
 
 // Workspace for a device with `target_ctas` resident CTAs and up to `max_bs` requests
 // (sized for the tier with the most rows per tile; bf16 partials).
@@ -147,14 +167,18 @@ long long mla_verify_workspace_bytes(int target_ctas, int max_bs) {
 // Launches the verify kernel of `tier` and the merge of split partials on `stream`. Returns a
 // cudaError_t value (0 on success). No host synchronisation and no allocation. `mode` is 0
 // in production; its bits drop stages for the benchmark's diagnostics or switch the small
-// tier's cache policy (verify_common.cuh).
+// tier's cache policy (verify_common.cuh). kv_fp8 = 1: `kv` is SGLang's fp8_e4m3 pool (e4m3
+// bytes, kv_stride in bytes), read as prefix K = e4m3 * k_scale, prefix V = e4m3 * v_scale;
+// with kv_fp8 = 0 the scales are ignored.
 int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const void* kv_indptr, int kv_indptr_64,
                       const void* kv_indices, int kv_indices_64, const void* kext, long long ext_stride,
                       const void* mask, const void* mask_indptr, int mask_indptr_64, const void* qo_indptr,
                       int qo_indptr_64, int bs, int num_tokens, int H, float sm_scale, void* o, float* lse,
-                      void* workspace, int target_ctas, int max_bs, void* stream, int mode, int tier) {
+                      void* workspace, int target_ctas, int max_bs, void* stream, int mode, int tier,
+                      int kv_fp8, float k_scale, float v_scale) {
   if (num_tokens == 0 || bs == 0) return 0;
   if (tier != 0 && tier != 1 && tier != 2 && tier != 4 && tier != 6 && tier != 8) return (int)cudaErrorInvalidValue;
+  if (kv_fp8 && tier == 0) return (int)cudaErrorInvalidValue;   // rows64 reads bf16 only
   if ((long long)target_ctas * CAP_MULT / 2 > MAX_SPLITS_SMEM) return (int)cudaErrorInvalidValue;  // merge's smem
   Params p;
   p.q = static_cast<const __nv_bfloat16*>(q);
@@ -178,6 +202,9 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   p.part_o = reinterpret_cast<__nv_bfloat16*>(p.part_lse + lse_floats(target_ctas));
   p.target_ctas = target_ctas;
   p.mode = mode;
+  p.kv8 = kv_fp8 ? static_cast<const uint8_t*>(kv) : nullptr;
+  p.kscale_log2 = sm_scale * (kv_fp8 ? k_scale : 1.f) * LOG2E;
+  p.v_scale = kv_fp8 ? v_scale : 1.f;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -191,13 +218,16 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
     err = cudaGetLastError();
   } else if (tier == 6 || tier == 8) {
     const int diag = (mode & (MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV)) ? 1 : 0;
-    err = tier == 6 ? launch_rowsd<1>(p, num_tokens, bs, st, dev, diag) : launch_rowsd<2>(p, num_tokens, bs, st, dev, diag);
+    if (kv_fp8) err = tier == 6 ? launch_rowsd<1, true>(p, num_tokens, bs, st, dev, diag)
+                                : launch_rowsd<2, true>(p, num_tokens, bs, st, dev, diag);
+    else err = tier == 6 ? launch_rowsd<1, false>(p, num_tokens, bs, st, dev, diag)
+                         : launch_rowsd<2, false>(p, num_tokens, bs, st, dev, diag);
   } else if (tier == 1) {
-    err = launch_small<1>(p, num_tokens, bs, st, dev);
+    err = kv_fp8 ? launch_small<1, true>(p, num_tokens, bs, st, dev) : launch_small<1, false>(p, num_tokens, bs, st, dev);
   } else if (tier == 2) {
-    err = launch_small<2>(p, num_tokens, bs, st, dev);
+    err = kv_fp8 ? launch_small<2, true>(p, num_tokens, bs, st, dev) : launch_small<2, false>(p, num_tokens, bs, st, dev);
   } else {
-    err = launch_small<4>(p, num_tokens, bs, st, dev);
+    err = kv_fp8 ? launch_small<4, true>(p, num_tokens, bs, st, dev) : launch_small<4, false>(p, num_tokens, bs, st, dev);
   }
   if (err != cudaSuccess) return (int)err;
   if (mode & MODE_NO_MERGE) return 0;

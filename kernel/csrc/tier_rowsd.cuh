@@ -19,6 +19,12 @@
 // KV: 4 stages of 16 tokens under L2 evict-first, AHEAD tiles in flight past the ones in use,
 // slot ids by cp.async IDX_AHEAD tiles earlier into a shared window.
 // Partials (normalised bf16 O, fp32 log2-LSE) use the common layout and merge (combine<32 HALVES>).
+// FP8 (SGLang's fp8_e4m3 pool): the prefix rows stream as e4m3 bytes into S8 stages of their
+// own; in iteration j tile j + 1 is widened (widen_rows: exact bf16, draft rows from k_extend)
+// into the third of three bf16 stages (QK(j) and PV(j - 1) read the other two), so the math
+// reads bf16 exactly as above: by all warps right after the CTA barrier (rows64d), or by the
+// half after its MMAs (rows32d; with two halves, half r would take rows 8r .. 8r + 7). k_scale folds into the prefix logits'
+// scale and v_scale into the prefix P (l sums the unscaled P).
 #pragma once
 #include "verify_common.cuh"
 
@@ -31,9 +37,10 @@ constexpr int IDX_AHEAD = 4;                           // tiles between an index
 constexpr int IDX_WIN = 8;                             // tiles in the index window (> IDX_AHEAD)
 constexpr int QK_STEPS = 9;                            // 8 latent + 1 rope k-step per dim quarter
 constexpr int OSTRIDE = DV + 8;                        // padded bf16 row of the output staging
-constexpr float RESCALE_LOG2 = 8.f;                    // keep a stale max up to 2^8 below the true one
+constexpr float RESCALE_LOG2 = 8.f;
+                    // keep a stale max up to 2^8 below the true one
 
-template <int HALVES>
+template <int HALVES, bool FP8 = false>
 struct Layout {
   static constexpr int BM = 32 * HALVES;               // query rows per CTA
   static constexpr int THREADS = 128 * HALVES;
@@ -42,7 +49,16 @@ struct Layout {
   static constexpr int AHEAD = HALVES == 2 ? 2 : 3;    // tiles issued ahead of the one in use
   static constexpr int XS_BYTES = WARPS * 4 * 32 * 16; // partial S: [warp][row group][lane] float4
   static constexpr int PS_BYTES = 2 * HALVES * 32 * 16;   // P: [m-tile][lane] A fragment (uint4)
-  static constexpr int OFF_XS = RING_BYTES;
+  // fp8: NB bf16 stages and S8 e4m3 stages, as many as fit (at most IDX_AHEAD + 1: the slot-id
+  // window runs that far ahead of the copies)
+  static constexpr int NB = 3;
+  static constexpr int OTHER = XS_BYTES + PS_BYTES + BM * 12 + WARPS * 4 + 16 + IDX_WIN * BN * 8 +
+                               (int)((sizeof(Item) + 15) / 16 * 16);
+  static constexpr int S8_FIT = (99 * 1024 - OTHER - NB * TILE_BYTES) / TILE8_BYTES;
+  static constexpr int S8 = FP8 ? (S8_FIT < IDX_AHEAD + 1 ? S8_FIT : IDX_AHEAD + 1) : 0;
+  static constexpr int KST = FP8 ? NB : STAGES;        // bf16 stages the MMAs read
+  static constexpr int RING = FP8 ? NB * TILE_BYTES + S8 * TILE8_BYTES : RING_BYTES;
+  static constexpr int OFF_XS = RING;
   static constexpr int OFF_PS = OFF_XS + XS_BYTES;
   static constexpr int OFF_ALPHA = OFF_PS + PS_BYTES;  // [BM] rescale of the running O
   static constexpr int OFF_FLAG = OFF_ALPHA + BM * 4;  // [WARPS] per softmax warp: some row rescaled
@@ -53,16 +69,22 @@ struct Layout {
   static constexpr int SMEM = OFF_ITEM + (int)((sizeof(Item) + 15) / 16 * 16);
   static constexpr int MIN_BLOCKS = HALVES == 1 ? 2 : 1;
   static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
-  static_assert(BM * OSTRIDE * 2 <= RING_BYTES, "the output staging reuses the ring");
+  static_assert(BM * OSTRIDE * 2 <= RING, "the output staging reuses the ring");
+  static_assert(!FP8 || S8 >= 2, "fp8: one e4m3 stage widened while the next streams in");
+  // fp8 widen schedule, measured on the H200 (kernel/NOTES.md): rows32d widens after its PV,
+  // two chunks per shared-memory round trip (T = 4: 115 us against 123 for the plain loop
+  // before the QK); rows64d keeps the plain loop before the QK, the only one of four
+  // schedules without a spill on every target (the other three were at most 7 % faster)
+  static constexpr bool WIDEN_LATE = HALVES == 1;
+  static constexpr int WIDEN_BATCH = HALVES == 1 ? 2 : 0;
   static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 };
 
 // DIAG = 1 builds the diagnostic copy that also reads mode bits 16/32/64 (skip the softmax,
 // QK or PV: per-part timings of the math); the production copy (DIAG = 0) never tests them.
-template <int HALVES, int DIAG>
-__global__ void __launch_bounds__(Layout<HALVES>::THREADS, Layout<HALVES>::MIN_BLOCKS)
-mla_verify_kernel_rowsd(const Params p) {
-  using Lo = Layout<HALVES>;
+template <int HALVES, int DIAG, bool FP8>
+__device__ __forceinline__ void rowsd_body(const Params& p) {
+  using Lo = Layout<HALVES, FP8>;
   constexpr int BM = Lo::BM, THREADS = Lo::THREADS, TPT = Lo::TPT, AHEAD = Lo::AHEAD;
   extern __shared__ __align__(128) uint8_t smem[];
   {
@@ -90,6 +112,7 @@ mla_verify_kernel_rowsd(const Params p) {
   float* inv_s = reinterpret_cast<float*>(smem + Lo::OFF_INV);
   float* lse_s = reinterpret_cast<float*>(smem + Lo::OFF_LSE);
   uint8_t* idx_win = smem + Lo::OFF_IDX;
+  uint8_t* ring8 = smem + Lo::NB * TILE_BYTES;            // fp8 only: the e4m3 stages
   const bool evict_first = !(p.mode & MODE_PLAIN_CACHE);
 
   // ---- KV producer: thread -> token tid / TPT of a tile, 16-byte chunks (tid % TPT) + TPT i
@@ -134,18 +157,52 @@ mla_verify_kernel_rowsd(const Params p) {
       }
     }
   };
+  // fp8: the e4m3 prefix rows only; widen_tile writes the draft rows and zeros past p1
+  auto load_tile8 = [&](int tile, long long slot) {
+    const int pos = it.p0 + tile * BN + ld_tok;
+    if (tile >= n_tiles || pos >= it.p1 || pos >= it.S) return;
+    const uint8_t* src = p.kv8 + slot * p.kv_stride;
+    uint8_t* dst = ring8 + (tile % Lo::S8) * TILE8_BYTES + ld_tok * D;
+    const uint64_t pol = policy_evict_first();
+#pragma unroll
+    for (int i = 0; i < (CHUNKS8 + TPT - 1) / TPT; ++i) {
+      const int ch = ld_lane + TPT * i;
+      if (ch < CHUNKS8) {
+        if (evict_first) cp_async16_hint(smem_u32(dst + ch * 16), src + ch * 16, 16, pol);
+        else cp_async16(smem_u32(dst + ch * 16), src + ch * 16, 16);
+      }
+    }
+  };
+  auto load = [&](int tile, long long slot) {
+    if constexpr (FP8) load_tile8(tile, slot); else load_tile(tile, slot);
+  };
+  auto widen = [&](int tile) {     // by all threads
+    widen_rows<THREADS, BN, Lo::WIDEN_BATCH>(p, it.p0, it.p1, it.S, it.qo0, tile, tid, 0, ring8 + (tile % Lo::S8) * TILE8_BYTES,
+                            ring + (tile % Lo::KST) * (BN * D));
+  };
+  auto widen_half = [&](int tile) {   // by this half: its share of the rows
+    widen_rows<128, BN / HALVES, Lo::WIDEN_BATCH>(p, it.p0, it.p1, it.S, it.qo0, tile, tid & 127, r * (BN / HALVES),
+                                 ring8 + (tile % Lo::S8) * TILE8_BYTES, ring + (tile % Lo::KST) * (BN * D));
+  };
+  constexpr bool late = FP8 && Lo::WIDEN_LATE;
+  constexpr int AH = FP8 ? Lo::S8 : AHEAD;                // tiles issued before the first is used
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents, so no NaN path changes the timing
-    for (int i = tid; i < RING_BYTES / 16; i += THREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+    for (int i = tid; i < Lo::RING / 16; i += THREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
   // prologue: tiles 0 .. AHEAD - 1 before anything else; the index window for the next IDX_AHEAD
 #pragma unroll
-  for (int t = 0; t < AHEAD; ++t) {
-    if (loads && t < n_tiles) load_tile(t, slot_of(t));
+  for (int t = 0; t < AH; ++t) {
+    if (loads && t < n_tiles) load(t, slot_of(t));
     if (t == 0 && loads)
-      for (int k = AHEAD; k < AHEAD + IDX_AHEAD; ++k) copy_index(k);
+      for (int k = AH; k < AH + IDX_AHEAD; ++k) copy_index(k);
     cp_async_commit();
+  }
+  if constexpr (FP8) {                                    // tile 0 in bf16 before the loop's barrier
+    cp_async_wait<AH - 1>();
+    __syncthreads();
+    if (n_tiles > 0) widen(0);
   }
 
   // ---- Q A fragments straight from global memory (L2-resident after the first CTA):
@@ -190,7 +247,7 @@ mla_verify_kernel_rowsd(const Params p) {
   // partial S of tile `tile` over this warp's 32 rows and 144 dims -> xs, stored per row
   // group (2 m + hr) in the order the softmax reads it
   auto qk = [&](int tile) {
-    const __nv_bfloat16* kt = ring + (tile % STAGES) * (BN * D);
+    const __nv_bfloat16* kt = ring + (tile % Lo::KST) * (BN * D);
     float s[2][2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
@@ -234,7 +291,8 @@ mla_verify_kernel_rowsd(const Params p) {
     const int tpos = it.p0 + j * BN;
     const bool edge = tpos + BN > it.S || tpos + BN > it.p1;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] *= p.scale_log2;
+    for (int i = 0; i < 4; ++i)   // fp8: k_scale on the prefix logits only
+      v[i] *= (FP8 && tpos + (i >> 1) * 8 + 2 * qd + (i & 1) < it.S) ? p.kscale_log2 : p.scale_log2;
     if (edge) {                                           // rare: mask facts recomputed here
       const int s_lr = row_base + srow;                   // row within the request
       const int s_tq = s_lr < rows ? s_lr / H : 0;        // its draft token
@@ -265,8 +323,14 @@ mla_verify_kernel_rowsd(const Params p) {
     const float p2 = exp2f(v[2] - shift), p3 = exp2f(v[3] - shift);
     l_run = l_run * alpha + ((p0 + p1) + (p2 + p3));
     uint32_t* pw = reinterpret_cast<uint32_t*>(ps + (r * 2 + (d >> 1)) * 32 + lane);
-    pw[d & 1] = pack_bf16(p0, p1);                        // a0 / a1: tokens 2qd, 2qd + 1
-    pw[2 + (d & 1)] = pack_bf16(p2, p3);                  // a2 / a3: tokens 8 + 2qd, 9 + 2qd
+    if constexpr (FP8) {                                  // v_scale rides on the prefix P
+      const int t0 = tpos + 2 * qd;
+      pw[d & 1] = pack_bf16(t0 < it.S ? p0 * p.v_scale : p0, t0 + 1 < it.S ? p1 * p.v_scale : p1);
+      pw[2 + (d & 1)] = pack_bf16(t0 + 8 < it.S ? p2 * p.v_scale : p2, t0 + 9 < it.S ? p3 * p.v_scale : p3);
+    } else {
+      pw[d & 1] = pack_bf16(p0, p1);                      // a0 / a1: tokens 2qd, 2qd + 1
+      pw[2 + (d & 1)] = pack_bf16(p2, p3);                // a2 / a3: tokens 8 + 2qd, 9 + 2qd
+    }
     if (qd == 0) alpha_s[srow] = alpha;
     const bool any = __any_sync(0xffffffffu, bump);
     if (lane == 0) flag_s[warp] = any;
@@ -274,7 +338,7 @@ mla_verify_kernel_rowsd(const Params p) {
 
   // PV(j): O[this half's 32 rows, my 128 columns] = alpha * O + P V
   auto pv = [&](int j) {
-    const __nv_bfloat16* vt = ring + (j % STAGES) * (BN * D);
+    const __nv_bfloat16* vt = ring + (j % Lo::KST) * (BN * D);
     const int4 f = reinterpret_cast<const int4*>(flag_s)[r];
     if ((f.x | f.y | f.z | f.w) != 0) {                   // uniform across the half
 #pragma unroll
@@ -314,15 +378,18 @@ mla_verify_kernel_rowsd(const Params p) {
   auto half_bar = [&]() { named_bar(1 + r, 128); };
 
   for (int j = 0; j < n_tiles; ++j) {
-    cp_async_wait<AHEAD - 1>();                           // tile j landed (this thread's copies)
+    // bf16: tile j landed (this thread's copies); fp8: e4m3 tile j + 1 landed
+    if constexpr (FP8) cp_async_wait<AH - 2>(); else cp_async_wait<AHEAD - 1>();
     // tile j visible; every half is past its last read of tile j + AHEAD - STAGES, whose stage
-    // takes tile j + AHEAD
+    // takes tile j + AHEAD (fp8: tile j's e4m3 stage, widened in iteration j - 1, takes j + AH;
+    // tile j - 2's bf16 stage, last read by PV(j - 2), takes tile j + 1)
     __syncthreads();
     if (loads) {
-      if (j + AHEAD < n_tiles) load_tile(j + AHEAD, window_slot(j + AHEAD));
-      copy_index(j + AHEAD + IDX_AHEAD);
+      if (j + AH < n_tiles) load(j + AH, window_slot(j + AH));
+      copy_index(j + AH + IDX_AHEAD);
     }
     cp_async_commit();
+    if constexpr (FP8) if (!late && j + 1 < n_tiles) widen(j + 1);
     if (HALVES == 1 || r == 0) {
       if (do_qk) qk(j);
       half_bar();
@@ -337,6 +404,7 @@ mla_verify_kernel_rowsd(const Params p) {
       }
       if (do_qk) qk(j);
     }
+    if constexpr (FP8) if (late && j + 1 < n_tiles) widen_half(j + 1);
   }
   if (HALVES == 2 && r == 1 && n_tiles > 0) {             // half 1's last tile
     half_bar();
@@ -386,6 +454,17 @@ mla_verify_kernel_rowsd(const Params p) {
       p.part_lse[(long long)it.part_slot * BM + tid] = lse_s[tid];
     }
   }
+}
+
+template <int HALVES, int DIAG>
+__global__ void __launch_bounds__(Layout<HALVES>::THREADS, Layout<HALVES>::MIN_BLOCKS)
+mla_verify_kernel_rowsd(const Params p) {
+  rowsd_body<HALVES, DIAG, false>(p);
+}
+template <int HALVES>
+__global__ void __launch_bounds__(Layout<HALVES>::THREADS, Layout<HALVES>::MIN_BLOCKS)
+mla_verify_kernel_rowsd_fp8(const Params p) {
+  rowsd_body<HALVES, 0, true>(p);
 }
 
 }  // namespace rowsd
