@@ -12,14 +12,19 @@ SGLang passes (eager and CUDA-graph forms differ only in index dtypes and sizes)
   k_extend    [N, 1, 576] bf16, the draft tokens' latent rows (contiguous)
   v_extend    [N, 1, 512] bf16, == k_extend[..., :512] for MLA; not read
   o_extend    [N, H, 512] bf16 view of the layer's output buffer, written in place
-  k_buffer    [slots, 1, 576] bf16, this layer's MLA pool
-  v_buffer    k_buffer[..., :512] (a view, same storage); not read
+  k_buffer    [slots, 1, 576] bf16, this layer's MLA pool; or float8_e4m3fn with
+              `--kv-cache-dtype fp8_e4m3` (the pool's uint8 bytes viewed as e4m3, row
+              stride 576 bytes)
+  v_buffer    k_buffer[..., :512] (a view, same storage and dtype); not read
   qo_indptr   [bs + 1] int32 (eager) / int64 (graph, fixed buffer)
   kv_indptr   [bs + 1] int32, prefix only; kv_indices int64 per-token slots, possibly
               longer than kv_indptr[-1] (graph: a fixed max-size buffer)
   custom_mask flat uint8/bool FULL_MASK (graph: the whole fixed verify_mask buffer)
               or None (a causal chain); mask_indptr [bs + 1] int64
-  sm_scale    layer.scaling (float); k_scale / v_scale are Python floats (1.0 = none)
+  sm_scale    layer.scaling (float)
+  k_scale / v_scale  k_descale / v_descale: layer.k_scale_float / v_scale_float, Python
+              floats (1.0 when the layer has no scales); the kernel reads an fp8 prefix as
+              e4m3 * k_scale (K) and e4m3[:512] * v_scale (V), k_extend unscaled
 Nothing here reads device memory or allocates (the LSE the kernel writes and SGLang
 ignores goes to scratch reserved at backend init): the call is captured in CUDA graphs
 and replayed with new lengths, so every check is on shapes, dtypes and Python scalars.
@@ -31,16 +36,21 @@ first occurrence's details; sizes never make a new kind.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 
 import torch
 
 from ..checks import HEAD_DIM, V_DIM, VerifyInputError
+from ..fp8 import FP8
 from . import metrics
 
 logger = logging.getLogger(__name__)
 
 MAX_HEADS = 128  # = kernel.ops.MAX_HEADS, checked here without importing (and building) the kernel
+# The pools the kernel reads: SGLang's bf16 pool and its fp8_e4m3 pool (float8_e4m3fn, one
+# per-tensor k/v scale per layer). e5m2, fnuz and fp4 pools are SGLang's kernel's.
+KV_DTYPES = (torch.bfloat16, FP8)
 
 # How often each outcome happened in this process: "flash" = our kernel ran, else the
 # fallback's reason kind. Under a CUDA graph these count captures, not replays.
@@ -122,11 +132,19 @@ def _dt(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
+def _is_number(x) -> bool:
+    # bool is an int, but never a scale; a 0-dim tensor would need a device read to use
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def unsupported_reason(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
                        kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr, k_scale, v_scale,
                        sm_scale, logit_cap, skip_prefix_custom_mask, sliding_window_size, sinks,
-                       window_kv_offsets, xai_temperature_len) -> str | None:
-    """(reason kind, detail) when the kernel cannot serve this call exactly, else None."""
+                       window_kv_offsets, xai_temperature_len) -> tuple[str, str] | None:
+    """(reason kind, detail) when the kernel cannot serve this call exactly, else None.
+
+    Served KV caches: bf16 with k_scale = v_scale = 1.0 (SGLang's value for a layer without
+    KV scales), and float8_e4m3fn with positive finite float scales (passed to the kernel)."""
     if sinks is not None:
         return "sinks", "attention sinks"
     if (sliding_window_size is not None and sliding_window_size > 0) or window_kv_offsets is not None:
@@ -135,18 +153,24 @@ def unsupported_reason(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffe
         return "logit_cap", f"logit cap (logit_cap={logit_cap})"
     if xai_temperature_len is not None and xai_temperature_len > 0:
         return "xai_temperature", f"xai temperature (xai_temperature_len={xai_temperature_len})"
-    if not isinstance(k_scale, (int, float)) or not isinstance(v_scale, (int, float)):
-        return "kv_scale", "k/v descale given as a tensor"
-    if k_scale != 1.0 or v_scale != 1.0:
-        return "kv_scale", f"k/v descale != 1 (k_scale={k_scale}, v_scale={v_scale})"
+    if not _is_number(k_scale) or not _is_number(v_scale):
+        return "kv_scale", (f"k/v descale given as a tensor or non-number (k_scale: {type(k_scale).__name__}, "
+                            f"v_scale: {type(v_scale).__name__}; the kernel takes per-layer Python floats)")
+    if k_buffer.dtype not in KV_DTYPES:
+        return "kv_dtype", (f"KV cache dtype {_dt(k_buffer)} (the kernel reads bfloat16 or float8_e4m3fn, "
+                            "--kv-cache-dtype auto/bf16 or fp8_e4m3)")
+    if k_buffer.dtype == FP8:
+        if not (math.isfinite(k_scale) and k_scale > 0 and math.isfinite(v_scale) and v_scale > 0):
+            return "kv_scale", f"fp8 k/v descale not positive and finite (k_scale={k_scale}, v_scale={v_scale})"
+    elif k_scale != 1.0 or v_scale != 1.0:
+        # SGLang passes 1.0 unless the layer has fp8 KV scales; on a bf16 pool nothing to undo
+        return "kv_scale", f"k/v descale != 1 on a bf16 KV cache (k_scale={k_scale}, v_scale={v_scale})"
     if not isinstance(sm_scale, (int, float)) or not sm_scale > 0:
         return "sm_scale", f"sm_scale={sm_scale!r} is not a positive number"
     if not skip_prefix_custom_mask:
         return "prefix_mask", "skip_prefix_custom_mask=False (the mask would cover the prefix)"
     if not is_causal:
         return "non_causal", "non-causal (bidirectional) extend"
-    if k_buffer.dtype != torch.bfloat16:
-        return "kv_dtype", f"KV cache dtype {_dt(k_buffer)} (fp8 KV cache or other; the kernel reads bf16)"
     if q_extend.dtype != torch.bfloat16:
         return "q_dtype", f"q dtype {_dt(q_extend)} (the kernel takes bf16)"
     if q_extend.dim() != 3 or q_extend.shape[2] != HEAD_DIM:
@@ -156,8 +180,10 @@ def unsupported_reason(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffe
         return "heads", f"H={H} query heads outside the kernel's range 1..{MAX_HEADS}"
     if k_buffer.dim() != 3 or tuple(k_buffer.shape[1:]) != (1, HEAD_DIM):
         return "kv_layout", f"k_buffer shape {tuple(k_buffer.shape)} is not [slots, 1, {HEAD_DIM}]"
+    # fp8: both are `.view(float8_e4m3fn)` of the same uint8 rows, so pointer, strides
+    # (576 elements = 576 bytes a row) and dtype agree exactly as for bf16
     if (v_buffer.data_ptr() != k_buffer.data_ptr() or tuple(v_buffer.shape) != (k_buffer.shape[0], 1, V_DIM)
-            or v_buffer.stride() != k_buffer.stride()):
+            or v_buffer.stride() != k_buffer.stride() or v_buffer.dtype != k_buffer.dtype):
         return "kv_layout", "v_buffer is not the view k_buffer[..., :512] (the kernel reads V from the K pool)"
     if tuple(k_extend.shape) != (N, 1, HEAD_DIM) or k_extend.dtype != torch.bfloat16 or not k_extend.is_contiguous():
         return "extend_layout", f"k_extend {tuple(k_extend.shape)} {_dt(k_extend)} is not a contiguous bf16 [N, 1, {HEAD_DIM}]"
@@ -191,6 +217,9 @@ def verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_in
     Drop-in for `verify_shared_kv_fwd` (same parameters; max_bs is not needed: the kernel
     reads per-request lengths from the indptrs on the device; max_len_extend, the draft
     tokens per request, only picks the kernel's row tier).
+    An fp8_e4m3 pool goes to the kernel with k_scale / v_scale as SGLang passed them
+    (layer.k_scale_float / v_scale_float), the draft rows k_extend unscaled, as SGLang's
+    own extend kernel reads them.
     Returns False, logging the reason once, for anything the kernel cannot do exactly.
     """
     reason = unsupported_reason(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
@@ -209,11 +238,13 @@ def verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_in
     if qo_indptr.shape[0] - 1 > workspace.max_bs:
         return _fallback("batch_size", f"batch of {qo_indptr.shape[0] - 1} requests exceeds the workspace's "
                          f"max_bs {workspace.max_bs}")
+    # The kernel takes scales only with an fp8 pool (a bf16 pool is checked at 1.0 above)
+    scales = dict(k_scale=float(k_scale), v_scale=float(v_scale)) if k_buffer.dtype == FP8 else {}
     try:
         # max_len_extend is SGLang's draft tokens per request, a Python int in eager and graph
         # form alike: it picks the kernel's row tier without reading the device
         m.verify_attention(q_extend, k_buffer, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
-                           qo_indptr, float(sm_scale), out=o_extend, lse_out=lse[:N * H].view(N, H),
+                           qo_indptr, float(sm_scale), **scales, out=o_extend, lse_out=lse[:N * H].view(N, H),
                            workspace=workspace, max_draft_len=_draft_len(max_len_extend))
     except VerifyInputError as e:  # raised by its shape checks, before anything is launched or written
         return _fallback("kernel_rejected", f"kernel.ops rejected the call: {e}")

@@ -19,7 +19,12 @@ import torch
 
 ENV = "MLA_VERIFY_BACKEND"
 TRITON_TAIL = f"; or {ENV}=triton for SGLang's own path"
-BF16_KV = ("auto", "bf16", "bfloat16")
+# --kv-cache-dtype values whose pool the kernel reads: bf16 (auto resolves to the model dtype,
+# or to fp8_e4m3 for a checkpoint with kv_cache_quant_algo FP8: the pool dtype is checked again
+# on the backend) and fp8_e4m3 (float8_e4m3fn, per-tensor k/v scales per layer).
+SERVED_KV = ("auto", "bf16", "bfloat16", "fp8_e4m3")
+SERVED_POOL_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
+KV_FIX = "--kv-cache-dtype fp8_e4m3 (fp8) or auto (bf16)"
 MAX_GATHERED_HEADS = 128   # kernel.ops.MAX_HEADS: the DCP prefix call runs all heads of the group
 
 
@@ -74,9 +79,9 @@ def server_args_problem(server_args) -> str | None:
         return _msg(f"TARGET_VERIFY runs on the {verify!r} attention backend ({flag}, "
                     f"--speculative-attention-mode {mode})", "the kernel is installed only into SGLang's triton "
                     "backend", f"{flag} triton")
-    if str(cfg.kv_cache_dtype).lower() not in BF16_KV:
-        return _msg(f"--kv-cache-dtype {cfg.kv_cache_dtype}", "the kernel reads a bf16 KV cache, so every "
-                    "TARGET_VERIFY would fall back to SGLang's kernel", "--kv-cache-dtype auto (bf16)")
+    if str(cfg.kv_cache_dtype).lower() not in SERVED_KV:
+        return _msg(f"--kv-cache-dtype {cfg.kv_cache_dtype}", "the kernel reads a bf16 or an fp8_e4m3 KV cache "
+                    "only, so every TARGET_VERIFY would fall back to SGLang's kernel", KV_FIX)
     return None
 
 
@@ -85,6 +90,10 @@ def _dcp_problem(cfg) -> str | None:
     settings still cannot work with it."""
     if (cfg.dcp_size or 1) <= 1:
         return None
+    if str(cfg.kv_cache_dtype).lower() not in ("auto", "bf16", "bfloat16"):
+        return _msg(f"--kv-cache-dtype {cfg.kv_cache_dtype} with --dcp-size {cfg.dcp_size}", "the plugin's DCP path "
+                    "reads a bf16 KV cache only (and SGLang's own scaled fp8 MLA write asserts under DCP)",
+                    "--kv-cache-dtype auto (bf16), or --dcp-size 1 for fp8_e4m3")
     if cfg.dcp_replicate_q_proj:
         return _msg("--dcp-replicate-q-proj", "the model then projects every head's query for TARGET_VERIFY, "
                     "while the plugin's DCP path takes each rank's own heads and gathers them itself",
@@ -124,9 +133,13 @@ def backend_problem(backend) -> str | None:
                     "serve an autoregressive MLA model")
     pool = backend.token_to_kv_pool
     dtype = getattr(pool, "dtype", None)
-    if dtype is not None and dtype != torch.bfloat16:
-        return _msg(f"the KV cache is {str(dtype).replace('torch.', '')}", "the kernel reads a bf16 KV cache, so "
-                    "every TARGET_VERIFY would fall back to SGLang's kernel", "--kv-cache-dtype auto (bf16)")
+    name = str(dtype).replace("torch.", "")
+    if dtype is not None and dtype not in SERVED_POOL_DTYPES:
+        return _msg(f"the KV cache is {name}", "the kernel reads a bfloat16 or a float8_e4m3fn KV cache only, so "
+                    "every TARGET_VERIFY would fall back to SGLang's kernel", KV_FIX)
+    if dtype is not None and dtype != torch.bfloat16 and getattr(backend, "dcp_size", 1) > 1:
+        return _msg(f"the KV cache is {name} with --dcp-size {backend.dcp_size}", "the plugin's DCP path reads a "
+                    "bf16 KV cache only", "--kv-cache-dtype auto (bf16), or --dcp-size 1 for fp8_e4m3")
     return None
 
 

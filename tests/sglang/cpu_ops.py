@@ -6,6 +6,12 @@ lengths on the host (the real kernel must not); requests whose slice the oracle 
 it reads request b's mask block from mask_indptr[b] only (T_b * (S_b + T_b) cells; the
 plugin's DCP path points every request at one shared all-zero block), and a row that sees no
 key gets lse = -inf and o = 0 (kernel/csrc: 1 / l = 0 for l = 0).
+
+KV scales as kernel.ops takes them: with a float8_e4m3fn kv_cache, k_scale and v_scale are
+required positive finite floats and go to the oracle (prefix K = e4m3 * k_scale, V =
+e4m3[:512] * v_scale); with bf16 they must be None or 1.0. A violation raises
+VerifyInputError, as kernel.ops does before launching, so an adapter that drops or invents a
+scale shows up as a fallback, not as a silent pass.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import types
 import torch
 
 from kernel.checks import VerifyInputError
+from kernel.fp8 import FP8, check_scale, dequantize_keys, dequantize_values
 from kernel.reference import verify_attention_reference
 
 
@@ -27,11 +34,13 @@ class CpuOps:
         return self.workspaces.setdefault(torch.device(device), types.SimpleNamespace(max_bs=4096))
 
     def verify_attention(self, q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
-                         qo_indptr, sm_scale, *, out=None, lse_out=None, workspace=None, max_draft_len=None):
+                         qo_indptr, sm_scale, *, k_scale=None, v_scale=None, out=None, lse_out=None,
+                         workspace=None, max_draft_len=None):
+        scales = _scales(kv_cache, k_scale, v_scale)
         self.calls.append(dict(q=q, kv_cache=kv_cache, kv_indptr=kv_indptr, kv_indices=kv_indices,
                                k_extend=k_extend, custom_mask=custom_mask, mask_indptr=mask_indptr,
-                               qo_indptr=qo_indptr, sm_scale=sm_scale, out=out, lse_out=lse_out,
-                               workspace=workspace, max_draft_len=max_draft_len))
+                               qo_indptr=qo_indptr, sm_scale=sm_scale, k_scale=k_scale, v_scale=v_scale,
+                               out=out, lse_out=lse_out, workspace=workspace, max_draft_len=max_draft_len))
         N, H, _ = q.shape
         out = torch.empty(N, H, 512, dtype=q.dtype) if out is None else out
         lse = torch.empty(N, H, dtype=torch.float32) if lse_out is None else lse_out
@@ -45,14 +54,14 @@ class CpuOps:
             if mask is not None and mask.numel() == cells and cells and not mask.view(q1 - q0, -1)[:, k1 - k0:].any():
                 # no draft key visible (the DCP path's prefix-only call): not a tree, which the
                 # oracle rejects; the same float64 attention over the prefix alone
-                o_b, lse_b = _prefix_only(q[q0:q1], kv_cache, kv_indices[k0:k1], sm_scale)
+                o_b, lse_b = _prefix_only(q[q0:q1], kv_cache, kv_indices[k0:k1], sm_scale, **scales)
             else:
                 o_b = None
             try:
                 if o_b is None:
                     o_b, lse_b = verify_attention_reference(
                         q[q0:q1], kv_cache, torch.tensor([0, k1 - k0]), kv_indices[k0:k1], k_extend[q0:q1], mask,
-                        mptr, torch.tensor([0, q1 - q0]), sm_scale)
+                        mptr, torch.tensor([0, q1 - q0]), sm_scale, **scales)
             except VerifyInputError:
                 out[q0:q1], lse[q0:q1] = float("nan"), float("nan")
                 continue
@@ -61,11 +70,26 @@ class CpuOps:
         return out, lse
 
 
-def _prefix_only(q, kv_cache, slots, sm_scale):
+def _scales(kv_cache, k_scale, v_scale) -> dict:
+    """The oracle's scale keywords for this pool, checked as kernel.ops checks them."""
+    if kv_cache.dtype == FP8:
+        for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if value is None:
+                raise VerifyInputError(f"{name}: required with an fp8 kv_cache (float8_e4m3fn)")
+        return dict(k_scale=check_scale("k_scale", k_scale), v_scale=check_scale("v_scale", v_scale))
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if value is not None and value != 1.0:
+            raise VerifyInputError(f"{name}: {value!r} with a {kv_cache.dtype} kv_cache (None or 1.0 here)")
+    return {}
+
+
+def _prefix_only(q, kv_cache, slots, sm_scale, k_scale=None, v_scale=None):
     """Float64 attention of q [T, H, 576] over the pool rows `slots` alone: (o [T, H, 512], lse [T, H]);
-    no rows: lse -inf (o is zeroed by the caller)."""
-    keys = kv_cache[slots.long(), 0].double()                                    # [S, 576]
+    no rows: lse -inf (o is zeroed by the caller). An fp8 pool is read with k_scale / v_scale."""
+    rows = kv_cache[slots.long(), 0]                                             # [S, 576]
+    keys = rows.double() if k_scale is None else dequantize_keys(rows, k_scale)
+    values = rows[:, :512].double() if v_scale is None else dequantize_values(rows, v_scale)
     logits = torch.einsum("thd,kd->thk", q.double(), keys) * sm_scale
     lse = torch.logsumexp(logits, -1) if keys.shape[0] else torch.full(q.shape[:2], float("-inf"), dtype=torch.float64)
-    o = torch.softmax(logits, -1) @ keys[:, :512] if keys.shape[0] else torch.zeros(*q.shape[:2], 512, dtype=torch.float64)
+    o = torch.softmax(logits, -1) @ values if keys.shape[0] else torch.zeros(*q.shape[:2], 512, dtype=torch.float64)
     return o, lse

@@ -62,8 +62,12 @@ CONFIGS = {
                                   "fix: --prefill-attention-backend triton"),
     "another backend": (lambda a: _without(a, "--attention-backend") + ["--attention-backend", "fa3"],
                         "'fa3' attention backend \\(--attention-backend.*fix: --attention-backend triton"),
-    "fp8 KV cache": (lambda a: a + ["--kv-cache-dtype", "fp8_e4m3"],
-                     "but --kv-cache-dtype fp8_e4m3: .*fix: --kv-cache-dtype auto"),
+    "fp8 e5m2 KV cache": (lambda a: a + ["--kv-cache-dtype", "fp8_e5m2"],
+                          "but --kv-cache-dtype fp8_e5m2: the kernel reads a bf16 or an fp8_e4m3 KV cache only.*"
+                          "fix: --kv-cache-dtype fp8_e4m3 \\(fp8\\) or auto \\(bf16\\)"),
+    "fp8 KV cache under dcp": (lambda a: a + ["--dcp-size", "2", "--kv-cache-dtype", "fp8_e4m3"],
+                               "but --kv-cache-dtype fp8_e4m3 with --dcp-size 2: the plugin's DCP path reads a bf16 "
+                               "KV cache only.*fix: --kv-cache-dtype auto \\(bf16\\), or --dcp-size 1"),
     "ray launcher": (lambda a: a + ["--use-ray"], "but --use-ray: .*never load plugins"),
     "no speculative decoding": (_no_spec, "but no --speculative-algorithm"),
 }
@@ -87,7 +91,7 @@ def test_resolution_refuses_with_one_line_naming_setting_and_fix(command, monkey
     assert msg.endswith("or MLA_VERIFY_BACKEND=triton for SGLang's own path")
 
 
-@pytest.mark.parametrize("name", ["dcp, the model's NextN layer as draft", "fp8 KV cache", "hybrid, verify on prefill"])
+@pytest.mark.parametrize("name", ["dcp, the model's NextN layer as draft", "fp8 e5m2 KV cache", "hybrid, verify on prefill"])
 def test_control_arm_starts_with_the_same_configuration(command, monkeypatch, name):
     monkeypatch.setenv("MLA_VERIFY_BACKEND", "triton")
     _resolved(CONFIGS[name][0](list(command))).resolve_once()
@@ -104,6 +108,18 @@ def test_verify_on_a_triton_decode_backend_is_accepted(command, monkeypatch):
 def test_documented_command_is_accepted(command, monkeypatch):
     monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
     _resolved(list(command)).resolve_once()
+
+
+@pytest.mark.parametrize("value", ["fp8_e4m3", "bf16", "auto"])
+def test_kv_cache_dtypes_the_kernel_reads_are_accepted(command, monkeypatch, value):
+    # fp8_e4m3: the kernel reads SGLang's float8_e4m3fn pool with the layer's k/v scales
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    assert "--kv-cache-dtype" not in command   # the documented command leaves it at SGLang's default
+    sa = _resolved(list(command) + ["--kv-cache-dtype", value])
+    sa.resolve_once()   # the plugin's AFTER hook runs the check: no StrictFlashError
+    assert resolving_view(sa).kv_cache_dtype == value and strict.server_args_problem(sa) is None
 
 
 @pytest.mark.parametrize("arm", ["flash", "triton"])
@@ -191,10 +207,10 @@ def _launch(argv, **env):
 
 
 def test_real_launcher_refuses_in_seconds_with_one_line(command, tmp_path):
-    r, seconds = _launch(command + ["--device", "cuda", "--kv-cache-dtype", "fp8_e4m3"], MLA_VERIFY_BACKEND="flash")
+    r, seconds = _launch(command + ["--device", "cuda", "--kv-cache-dtype", "fp8_e5m2"], MLA_VERIFY_BACKEND="flash")
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 1, r.stderr[-3000:]
-    assert last.startswith("mla-verify: MLA_VERIFY_BACKEND=flash, but --kv-cache-dtype fp8_e4m3"), r.stderr[-3000:]
+    assert last.startswith("mla-verify: MLA_VERIFY_BACKEND=flash, but --kv-cache-dtype fp8_e5m2"), r.stderr[-3000:]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     # and without a kernel build and without nvcc, the launcher stops at load_plugins(), first thing
     env = {"MLA_VERIFY_BACKEND": "flash", "MLA_VERIFY_CACHE": str(tmp_path / "empty"), "NVCC": "/nonexistent",

@@ -38,12 +38,22 @@ def test_triton_or_unset_leaves_sglang_path_untouched(monkeypatch, cpu_ops, valu
     assert cpu_ops.calls == [] and not sglang_adapter.calls, "the adapter ran under the control setting"
 
 
-@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float8_e4m3fn])
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float8_e5m2])
 def test_flash_refuses_a_kv_cache_the_kernel_cannot_read(flash, kv_dtype):
     # Before: the backend was built, every verify fell back to SGLang's kernel, the log said ours ran.
-    with pytest.raises(StrictFlashError, match=f"the KV cache is {str(kv_dtype).replace('torch.', '')}: .*"
-                                               "fix: --kv-cache-dtype auto"):
+    with pytest.raises(StrictFlashError, match=f"the KV cache is {str(kv_dtype).replace('torch.', '')}: the kernel "
+                                               "reads a bfloat16 or a float8_e4m3fn KV cache only.*"
+                                               "fix: --kv-cache-dtype fp8_e4m3 \\(fp8\\) or auto"):
         Harness(dtype=kv_dtype if kv_dtype == torch.float32 else torch.bfloat16, kv_dtype=kv_dtype)
+
+
+def test_flash_installs_on_an_fp8_e4m3_pool(flash):
+    # SGLang's --kv-cache-dtype fp8_e4m3 pool (uint8 storage, float8_e4m3fn views): the kernel reads it
+    h = Harness(kv_dtype=torch.float8_e4m3fn)
+    b = h.backend
+    assert h.pool.dtype == torch.float8_e4m3fn and h.pool.store_dtype == torch.uint8
+    assert b.use_verify_shared_kv is True and b.mla_verify_backend == "flash"
+    assert inspect.unwrap(b.verify_shared_kv_fwd) is sglang_adapter.verify_fwd
 
 
 def test_control_arm_serves_an_fp8_cache_with_sglangs_kernel(monkeypatch, cpu_ops):
