@@ -85,3 +85,10 @@ def test_summarise_counts_checks_per_fp8_tier_and_puts_a_failure_worst():
     assert set(s["by_tier"]) == {"1", "2", "4", "6", "8"}
     assert s["by_tier"]["1"] == {"rows_per_tile": 8, "checks": 2, "failing": 1, "worst_rel_err": 9e-3}
     assert s["by_tier"]["4"]["checks"] == 0 and s["by_tier"]["4"]["worst_rel_err"] is None
+
+
+def test_default_tier_of_an_fp8_case_is_the_one_the_kernel_runs(monkeypatch):
+    c = random_case(5, max_prefix=50, kv_dtype="fp8_e4m3")
+    monkeypatch.setattr(validate, "pick_tier", lambda *a: 0)   # MLA_VERIFY_LARGE_TIER=0 picks rows64
+    assert validate.default_tier(c) == 8                       # which ops.verify_attention swaps for rows64d
+    assert validate.default_tier(random_case(5, max_prefix=50)) == 0

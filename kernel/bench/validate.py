@@ -58,7 +58,10 @@ def fp8_plan(i: int, default_tier: int, tiers=FP8_TIERS) -> dict:
 def default_tier(case) -> int:
     """The tier verify_attention picks for the case (max_draft_len given, as SGLang gives it)."""
     T = case.meta["draft_lens"]
-    return pick_tier(case.q.shape[1], case.q.shape[0], len(T), max(T))
+    tier = pick_tier(case.q.shape[1], case.q.shape[0], len(T), max(T))
+    if case.kwargs() and tier not in FP8_TIERS:   # verify_attention's fp8 stand-in for rows64
+        return 8                                  # (MLA_VERIFY_LARGE_TIER=0)
+    return tier
 
 
 def poison_pool(case, byte: int) -> None:
