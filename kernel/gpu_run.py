@@ -6,20 +6,28 @@
   scattered and fragmented pools with NaN in unused slots, ragged batches, T up to 1024,
   H up to 128, up to 256 requests) against the float64 oracle, outputs poisoned with NaN
   before every call, each at its default tier and a sixth of them at each other tier;
-  plus SGLang's own extend_attention_fwd on the same inputs.
+  plus SGLang's own extend_attention_fwd on the same inputs. Then the same on SGLang's
+  fp8_e4m3 pool (--fp8-cases, JSON section "fp8"): k_scale and v_scale varied (v != k too),
+  both e4m3fn NaN bytes in unused slots, each case at its default tier and one other fp8
+  tier (rotating), the fp8 extremes at every fp8 tier, against the oracle on the dequantized
+  pool; SGLang's extend_attention_fwd on the same fp8 pool for 40 of them (its error recorded,
+  not gated: it rounds q and P to e4m3).
 - graph: capture the call in a CUDA graph per tier, replay with new lengths, slots and
-  trees, compare with eager.
+  trees, compare with eager; for the fp8 pool too (per fp8 tier, fixed scales).
 - stream, mma, full: the ladder's microbenchmarks, each tier with stages left out
   (kernel/bench/micro.py); parts: the design D tiers' math with the softmax, QK or PV left
   out, and the mma.sync ceiling at their occupancy (8 warps per SM); probe: mma.sync with
   an ldmatrix.x4 every 1-8 MMAs (kernel/csrc/mma_ldsm_probe.cu), at 8 and 16 warps per SM.
 - bench: read and mma.sync ceilings measured in this run, then our kernel, SGLang
   extend_attention_fwd, SGLang verify_shared_kv_fwd (chains) and naive torch, around the
-  centre point S = 185k, T = 8, H = 8, page 1 scattered, batch 1.
+  centre point S = 185k, T = 8, H = 8, page 1 scattered, batch 1; and our kernel on the fp8
+  pool (rows with "kv_dtype": "fp8_e4m3", sweeps fp8_S, fp8_T, fp8_batch, fp8_layout; SGLang's
+  extend_attention_fwd at the centre), each row against its own roofline (fp8 prefix bytes).
 - integration: the SGLang plugin's adapter on a 61-layer Kimi-K2 shape.
 - sglang-backend: SGLang's real TritonAttnBackend with the plugin through its hook, CUDA graphs
-  of 61 layers, both arms, memcheck (kernel/sglang/backend_check.py). Not in the default
-  stages: needs the sglang bundle on PYTHONPATH (python -m kernel.sglang.device_bundle).
+  of 61 layers, both arms, bf16 and fp8_e4m3 pools, memcheck (kernel/sglang/backend_check.py).
+  Not in the default stages: needs the sglang bundle on PYTHONPATH (python -m
+  kernel.sglang.device_bundle).
 - dcp-sim: decode context parallelism simulated on one GPU, N = 2, 4, 8 ranks at S = 185k
   (kernel/sglang/dcp_sim.py). Not in the default stages: needs the sglang bundle too.
 Timings: median over repeats of CUDA-event-timed CUDA-graph replays (slow calls: timed one
@@ -41,7 +49,7 @@ from .bench.env import env_info, git_commit
 from .bench import micro
 from .bench.sweeps import bench
 from .bench.timing import log
-from .bench.validate import graph_check, validate
+from .bench.validate import FP8_KV, graph_check, validate, validate_fp8
 from .inputs import make_case
 from .ops import TIERS, verify_attention
 
@@ -60,9 +68,16 @@ def main(argv=None) -> int:
                     help="comma-separated: validate, graph, stream, mma, full, parts, probe (microbenchmarks), bench, "
                          "integration, sglang-backend, dcp-sim, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
-    ap.add_argument("--quick", action="store_true", help="a short benchmark (centre and 16k, T <= 64)")
-    ap.add_argument("--tol", type=float, default=1e-2)
+    ap.add_argument("--fp8-cases", type=int, default=500,
+                    help="random validation cases on the fp8_e4m3 pool (plus its extremes; 0: no fp8 validation)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a short benchmark (centre and 16k, T <= 64; bf16 and fp8 rows)")
+    ap.add_argument("--tol", type=float, default=1e-2,
+                    help="relative tolerance against the float64 oracle (bf16 and fp8 pools)")
     a = ap.parse_args(argv)
+    if a.cases < 1 or a.fp8_cases < 0:
+        print(f"error: --cases must be >= 1 and --fp8-cases >= 0, got {a.cases} and {a.fp8_cases}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("error: no CUDA device: kernel.gpu_run measures on a GPU (make phase2 renders recorded data)",
               file=sys.stderr)
@@ -91,14 +106,30 @@ def main(argv=None) -> int:
     summary = []
     if "validate" in stages:
         v = validate(a.cases, a.tol, sgl)
+        if a.fp8_cases:
+            try:   # the bf16 results must survive a kernel that cannot read the fp8 pool
+                v["fp8"] = validate_fp8(a.fp8_cases, a.tol, sgl)
+            except Exception as e:
+                log(f"validate fp8: FAILED {e!r}")
+                v["fp8"] = {"kv_dtype": FP8_KV, "all_pass": False, "error": f"{type(e).__name__}: {e}"[:2000]}
         if "graph" in stages:
             v["graph"] = graph_check(a.tol)
+            if "fp8" in v and "error" not in v["fp8"]:
+                v["fp8"]["graph"] = graph_check(a.tol, kv_dtype=FP8_KV)
         v.update(info)
         (out / f"validation-{tag}-{stamp}.json").write_text(json.dumps(v, indent=1))
         sg = v["sglang"]["cases"]
         summary.append(f"validation: {v['n_cases']} cases, all_pass={v['all_pass']}, worst rel_err "
                        f"{v['worst']['rel_err']:.2e}, vs SGLang max {max((c['rel_err_vs_sglang'] for c in sg), default=float('nan')):.2e}"
                        f", graph replay pass={v.get('graph', {}).get('all_pass')}")
+        f8 = v.get("fp8")
+        if f8 is not None:
+            sg8 = f8.get("sglang", {}).get("cases", [])
+            summary.append(f"validation fp8: error {f8['error']}" if "error" in f8 else
+                           f"validation fp8: {f8['n_cases']} cases, all_pass={f8['all_pass']}, worst rel_err "
+                           f"{f8['worst']['rel_err']:.2e}, SGLang vs oracle max "
+                           f"{max((c['sglang_rel_err'] for c in sg8), default=float('nan')):.2e}, graph replay "
+                           f"pass={f8.get('graph', {}).get('all_pass')}, {f8['seconds']:.0f} s")
     if "integration" in stages:
         try:
             from .sglang.gpu_check import run as run_integration
@@ -164,7 +195,7 @@ def main(argv=None) -> int:
         rows = bench(sgl, gbps, tfl, a.quick, save)
         for r in rows:
             if r["impl"].startswith("flash") or (r["sweep"] == "S" and r["S"] == 185000):
-                summary.append(f"{r['sweep']:7s} S={r['S']:>7} T={r['T']:>4} H={r['H']:>3} {r['layout']:10s} t{r['tier']} "
+                summary.append(f"{r['sweep']:10s} S={r['S']:>7} T={r['T']:>4} H={r['H']:>3} {r['layout']:10s} t{r['tier']} "
                                f"p{r['page_size']:<2} b{r['batch']} {r['impl']:17s} {r['time_us']:11.1f} us "
                                f"{r['GBps']:7.0f} GB/s {r['TFLOPs']:6.1f} TF/s {r['frac_roofline']:6.1%}")
     print("\n".join(["", "=" * 100] + summary))

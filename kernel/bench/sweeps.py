@@ -1,13 +1,15 @@
 """Benchmark sweeps around the centre point (S = 185k, T = 8, H = 8, page 1 scattered,
 batch 1): our kernel at its default tier (and the 64-row tier beside it), SGLang's kernels and
-naive torch, each row against the roofline of the ceilings measured in the same run."""
+naive torch, each row against the roofline of the ceilings measured in the same run; and our
+kernel on SGLang's fp8_e4m3 pool (sweeps fp8_*, rows marked "kv_dtype": "fp8_e4m3"; SGLang's
+extend_attention_fwd beside it at the centre), against the roofline of the fp8 bytes."""
 from __future__ import annotations
 
 import zlib
 
 import torch
 
-from ..checks import ROW_BYTES
+from ..checks import FP8_ROW_BYTES, HEAD_DIM, ROW_BYTES, V_DIM
 from ..inputs import make_case
 from ..ops import pick_tier, verify_attention
 from .timing import log, time_calls, time_flushed
@@ -30,7 +32,17 @@ def naive_torch(case, o):
         o[q0:q1] = (torch.softmax(logits, -1).to(torch.bfloat16).view(-1, S + T) @ keys[:, :512]).view(T, -1, 512)
 
 
+FP8_KV = "fp8_e4m3"
+# a row's "kv_dtype": the pool's torch dtype name (make_case's kv_dtype "auto" is the model's bf16)
+KV_DTYPE_NAMES = {"auto": "bfloat16", FP8_KV: FP8_KV}
+POOL_ROW_BYTES = {"auto": ROW_BYTES, FP8_KV: FP8_ROW_BYTES}
+# the configuration SGLang's kernel is timed at on the fp8 pool (its prefix walk is serial:
+# ~35 ms a layer at 185k, so not at every shape)
+FP8_SGLANG_AT = dict(S=185000, T=8, H=8, layout="scattered", page=1, batch=1)
+
+
 def bench_configs(quick: bool):
+    """Every benchmark configuration, bf16 then fp8 (configs with "kv_dtype"), the slowest last."""
     c = dict(S=185000, T=8, H=8, layout="scattered", page=1, batch=1)
     out = [dict(c, sweep="S", S=s) for s in (4096, 16384, 65536, 131072, 185000, 262144)]
     out += [dict(c, sweep="T", T=t) for t in (1, 4, 8, 16, 32, 64, 256, 1024)]
@@ -38,9 +50,43 @@ def bench_configs(quick: bool):
     out += [dict(c, sweep="layout", layout=l, page=p) for l, p in
             (("contiguous", 1), ("scattered", 1), ("scattered", 64), ("fragmented", 1))]
     out += [dict(c, sweep="batch", batch=8), dict(c, sweep="batch32", batch=32)]
+    out += fp8_configs()
     if quick:
         out = [x for x in out if x["T"] <= 64 and x["S"] in (16384, 185000)]
     return sorted(out, key=lambda x: x["T"] >= 256)   # the multi-second calls last
+
+
+def fp8_configs():
+    """The fp8_e4m3 pool around the same centre, each shape one the bf16 sweeps also measure
+    (for the speed-up of fp8 over bf16): S 16k-262k, T 1-32, batch 8, page 1 and 64."""
+    c = dict(S=185000, T=8, H=8, layout="scattered", page=1, batch=1, kv_dtype=FP8_KV)
+    out = [dict(c, sweep="fp8_S", S=s) for s in (16384, 65536, 131072, 185000, 262144)]
+    out += [dict(c, sweep="fp8_T", T=t) for t in (1, 4, 8, 16, 32)]
+    out += [dict(c, sweep="fp8_layout", page=p) for p in (1, 64)]
+    return out + [dict(c, sweep="fp8_batch", batch=8)]
+
+
+def traffic(prefix_lens: list[int], T: int, H: int, kv_dtype: str = "auto") -> dict:
+    """What one call must move and compute at least, for its roofline (bytes, FLOPs).
+
+    prefix_lens: S_b per request, each with T draft tokens and H heads; kv_dtype: make_case's
+    ("auto" = bf16 pool, "fp8_e4m3"). kv_bytes: every prefix row once at the pool's row size
+    (ROW_BYTES bf16, FP8_ROW_BYTES fp8) plus the draft rows of k_extend, bf16 whatever the pool;
+    bytes: kv_bytes plus q read and o written (bf16, 576 + 512 per query row); flops: the QK
+    (576) and PV (512) multiply-adds, 2 FLOPs each, over every query row and its S_b + T keys.
+    """
+    if kv_dtype not in POOL_ROW_BYTES:
+        raise ValueError(f"kv_dtype: {kv_dtype!r} is not one of {sorted(POOL_ROW_BYTES)}")
+    N = len(prefix_lens) * T
+    kv_bytes = sum(prefix_lens) * POOL_ROW_BYTES[kv_dtype] + N * ROW_BYTES
+    return {"kv_bytes": kv_bytes, "bytes": kv_bytes + N * H * (HEAD_DIM + V_DIM) * 2,
+            "flops": sum(T * H * (s + T) * 2 * (HEAD_DIM + V_DIM) for s in prefix_lens)}
+
+
+def roofline_us(nbytes: int, flops: int, ceil_gbps: float, ceil_tflops: float) -> float:
+    """The roofline floor in microseconds: the bytes at the read ceiling (GB/s) or the FLOPs at
+    the mma ceiling (TFLOP/s), whichever takes longer."""
+    return max(nbytes / (ceil_gbps * 1e9), flops / (ceil_tflops * 1e12)) * 1e6
 
 
 RAGGED = [185000, 120000, 65000, 30000, 150000, 8000, 100000, 45000]
@@ -64,29 +110,34 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
     for cfg in bench_configs(quick):
         pre = prefixes(cfg)
         T, H = cfg["T"], cfg["H"]
+        kv = cfg.get("kv_dtype", "auto")
+        fp8 = kv == FP8_KV
         case = make_case(pre, [T] * len(pre), H, tree="ddtree", layout=cfg["layout"], page_size=cfg["page"],
                          seed=zlib.crc32(repr(sorted(cfg.items())).encode()) % 10_000,
-                         device="cuda", slack=0.25)
-        kv_bytes = sum(s + T for s in pre) * ROW_BYTES
+                         device="cuda", slack=0.25, kv_dtype=kv)
+        tr = traffic(pre, T, H, kv)
+        kv_bytes, nbytes, flops = tr["kv_bytes"], tr["bytes"], tr["flops"]
         copies = [case]
         while len(copies) < 4 and len(copies) * kv_bytes < 3 * l2:
             copies.append(_clone_case(case))
         N = case.q.shape[0]
         rows_total = sum(T * H for _ in pre)
-        flops = sum(T * H * (s + T) * 2 * (576 + 512) for s in pre)
-        nbytes = kv_bytes + N * H * (576 + 512) * 2
-        roof_us = max(nbytes / (ceil_gbps * 1e9), flops / (ceil_tflops * 1e12)) * 1e6
+        roof_us = roofline_us(nbytes, flops, ceil_gbps, ceil_tflops)
         outs = [torch.empty(N, H, 512, dtype=torch.bfloat16, device="cuda") for _ in copies]
         lses = [torch.empty(N, H, dtype=torch.float32, device="cuda") for _ in copies]
         auto = pick_tier(H, N, len(pre), T)
-        impls = {"flash": [lambda c=c, o=o, l=l: verify_attention(*c.args(), out=o, lse_out=l, max_draft_len=T)
+        impls = {"flash": [lambda c=c, o=o, l=l: verify_attention(*c.args(), **c.kwargs(), out=o, lse_out=l,
+                                                                  max_draft_len=T)
                            for c, o, l in zip(copies, outs, lses)]}
-        if cfg["sweep"] in ROWS64_SWEEPS and auto != 0 and T <= 64:
+        if not fp8 and cfg["sweep"] in ROWS64_SWEEPS and auto != 0 and T <= 64:   # rows64 reads bf16 only
             impls["flash_rows64"] = [lambda c=c, o=o, l=l: verify_attention(*c.args(), out=o, lse_out=l, tier=0)
                                      for c, o, l in zip(copies, outs, lses)]
         if cfg["sweep"] == "S" and cfg["S"] <= 16384:   # fits in L2: also timed with L2 flushed before each call
             impls["flash_l2flushed"] = impls["flash"][:1]
-        if sgl is not None and T <= 64 and cfg["sweep"] != "batch32":
+        if sgl is not None and fp8 and all(cfg[k] == v for k, v in FP8_SGLANG_AT.items()):
+            from .validate import sglang_extend   # with the pool's descales
+            impls["sglang_extend"] = [lambda c=c, o=o: sglang_extend(sgl, c, o) for c, o in zip(copies, outs)]
+        if sgl is not None and not fp8 and T <= 64 and cfg["sweep"] != "batch32":
             from ..sglang.baseline import run_extend, run_verify_mla
             impls["sglang_extend"] = [lambda c=c, o=o: run_extend(sgl, c, o, page_size=cfg["page"])
                                       for c, o in zip(copies, outs)]
@@ -97,7 +148,8 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
                 ok = False
             if ok:
                 impls["sglang_verify_mla"] = [lambda c=c, o=o: run_verify_mla(sgl, c, o) for c, o in zip(copies, outs)]
-        if rows_total * (max(pre) + T) * 6 < 4e9:    # fp32 logits + bf16 probabilities fit
+        # fp32 logits + bf16 probabilities fit; its bf16 matmuls cannot read an fp8 pool
+        if not fp8 and rows_total * (max(pre) + T) * 6 < 4e9:
             impls["torch_naive"] = [lambda c=c, o=o: naive_torch(c, o) for c, o in zip(copies, outs)]
         for name, fns in impls.items():
             try:
@@ -109,9 +161,10 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
             rows.append({"sweep": cfg["sweep"], "S": sum(pre), "prefix_lens": pre, "T": T, "H": H,
                          "layout": cfg["layout"], "page_size": cfg["page"], "batch": len(pre), "impl": name,
                          "tier": {"flash": auto, "flash_l2flushed": auto, "flash_rows64": 0}.get(name),
+                         "kv_dtype": KV_DTYPE_NAMES[kv],
                          "time_us": us, "bytes": nbytes, "flops": flops, "GBps": nbytes / (us * 1e-6) / 1e9,
                          "TFLOPs": flops / (us * 1e-6) / 1e12, "roofline_us": roof_us, "frac_roofline": roof_us / us})
-            log(f"bench {cfg['sweep']:6s} S={sum(pre):>7} T={T:>4} H={H:>3} {cfg['layout']:10s} p{cfg['page']:<2} "
+            log(f"bench {cfg['sweep']:10s} S={sum(pre):>7} T={T:>4} H={H:>3} {cfg['layout']:10s} p{cfg['page']:<2} "
                 f"{name:18s} {us:12.1f} us  {rows[-1]['GBps']:8.0f} GB/s  {roof_us / us:6.1%} of roofline")
         del copies, outs, lses, impls, case
         torch.cuda.empty_cache()
