@@ -54,7 +54,8 @@ est = data.sm120_frame(micro) if micro is not None else pd.DataFrame()
 centre_est = data.estimate_at(est, data.centre_tier(tiers))
 read_gbps, mma_tflops = data.ceilings(bench)
 found = [f for f in (findings.correctness(val), findings.centre_speed(df), findings.tiers(tiers),
-                     findings.sglang_step(integ), findings.backend(backend), findings.dcp(dcp),
+                     findings.sglang_step(integ), findings.backend(backend),
+                     findings.fp8(val, bench, backend), findings.dcp(dcp),
                      findings.production(docs, centre_est)) if f is not None]
 display(HTML(findings.box(found, "<b>Findings of this report</b> (computed from the data below)")))
 display(Markdown('<a id="evidence"></a>' + provenance.evidence_box(docs)))
@@ -72,7 +73,8 @@ display(Markdown("**The implementations compared on this page.**\n\n"
 # ## 1. Correctness
 # Every case runs on fresh random inputs against a float64 oracle. Pool slots that the prefix
 # does not own hold NaN and the output is pre-filled with NaN ("poisoned"), so a stray read or
-# an unwritten output row shows up as NaN instead of passing as zeros.
+# an unwritten output row shows up as NaN instead of passing as zeros. This section is the bf16
+# KV pool; SGLang's fp8_e4m3 pool has its own section, [12](#fp8).
 
 # %%
 v = data.validation_summary(val)
@@ -464,7 +466,8 @@ if backend is None:
                      "`python -m kernel.gpu_run` writes one with its sglang-backend stage._"))
 else:
     bs = data.backend_summary(backend)
-    bf = data.backend_frame(backend)
+    bf_all = data.backend_frame(backend)
+    bf = bf_all[bf_all["kv"] == data.BF16_KV]   # the fp8 pool's cases: section 12
     fb = next(f for f in found if f["id"] == "backend")
     not_bitwise = bf[bf["bitwise"].map(lambda v: v is False)]  # None: no graph in the case
     eager = (f"The graph replay is bit-identical to eager execution in {bs['bitwise']} of "
@@ -488,7 +491,10 @@ else:
         text=("covers",)))
     display(Markdown("n/a: the case has no such comparison (the control arm runs only where "
                      "SGLang's path is affordable; the adaptive and memcheck cases are not "
-                     "timed)."))
+                     "timed)."
+                     + (f" The file's {int((bf_all['kv'] == data.FP8_KV).sum())} cases on the "
+                        "fp8_e4m3 pool are in [section 12](#fp8)."
+                        if (bf_all["kv"] == data.FP8_KV).any() else "")))
 
 # %% [markdown]
 # <a id="dcp"></a>
@@ -590,6 +596,124 @@ if not res.empty:
                           f"Registers, spills and static shared memory of our two kernels per "
                           f"variant on {provenance.PRODUCTION_ARCH}, with the registers on the "
                           "measured arch beside them"))
+
+# %% [markdown]
+# <a id="fp8"></a>
+# ## 12. SGLang's fp8_e4m3 KV cache
+# With `--kv-cache-dtype fp8_e4m3` SGLang stores each latent row as 576 e4m3 bytes, half the
+# bf16 row, with one k_scale and one v_scale per layer: K = e4m3 value x k_scale, V = its first
+# 512 columns x v_scale, the draft rows in bf16 unscaled (`kernel/FP8.md`). Our kernel widens
+# the e4m3 rows to bf16 in shared memory and keeps q and the probabilities in bf16 / fp32, so it
+# is held to the same tolerance as on bf16, against the float64 oracle on the dequantized pool.
+# SGLang's own fp8 kernel rounds q and the probabilities to e4m3: its error is shown beside ours,
+# not held to that tolerance. The roofline of an fp8 row counts 576 bytes per prefix token.
+
+# %%
+f8v = data.fp8_validation(val)
+val_file = Path(val["_path"]).name
+if f8v is None:
+    display(Markdown(f"**Validation:** no fp8 measurement in `{val_file}` (a validation run "
+                     "before the fp8 part, or one with `--fp8-cases 0`)."))
+elif "error" in f8v:
+    display(Markdown(f"**Validation: the fp8 part did not run** (`{val_file}`): "
+                     f"`{f8v['error'][:500]}`"))
+else:
+    w8 = f8v["worst"]
+    verdict8 = ("**all pass**" if f8v["all_pass"] else
+                f"**{f8v['n_cases'] - f8v['n_pass']} FAIL**")
+    nan8 = ("no NaN in any output and no unwritten output row"
+            if f8v["nan_cases"] == 0 and f8v["unwritten_total"] == 0 else
+            f"**{f8v['nan_cases']} cases with NaN output, {f8v['unwritten_total']} unwritten rows**")
+    graph8 = (f"- CUDA-graph replay with new lengths: {f8v['graph_pass']} of {f8v['graph_cases']} "
+              f"cases match eager execution; largest difference {f8v['graph_max_diff']:.3g} "
+              "(absolute).\n" if f8v["graph_cases"] else "")
+    display(Markdown(
+        f"**Validation** (`{val_file}`, section `fp8`):\n\n"
+        f"- **{f8v['n_cases']} cases** on the fp8 pool, {verdict8} at relative tolerance "
+        f"{f8v['tolerance']:g} against the float64 oracle on the dequantized pool.\n"
+        f"- Worst output error **{f8v['max_rel_err']:.3g}** (case `{w8['id']}`: prefix lengths "
+        f"{w8['prefix_lens']}, draft lengths {w8['draft_lens']}, {w8['heads']} heads, page size "
+        f"{w8['page_size']}, k_scale {w8.get('k_scale', float('nan')):.3g}, v_scale "
+        f"{w8.get('v_scale', float('nan')):.3g}); worst LSE error {f8v['max_lse_rel_err']:.3g}.\n"
+        f"- Scales: {f8v['k_scales']} different k_scale values; {f8v['split_scales']} cases with "
+        f"v_scale != k_scale. NaN poison: unowned slots held the e4m3fn NaN byte"
+        f"{'s' if len(f8v['nan_bytes']) > 1 else ''} "
+        f"{', '.join(f'0x{b:02x}' for b in f8v['nan_bytes'])}; {nan8}.\n" + graph8))
+    by8 = data.validation_tiers(val["fp8"])
+    if not by8.empty:
+        display(figures.table(by8.rename(columns={"failing": "failing checks"}),
+                              {"worst_rel_err": "{:.2e}"},
+                              "fp8 pool: the checks per kernel tier (each case at its default "
+                              "tier and one other, rotating; the extremes at every fp8 tier)"))
+    sg8 = data.fp8_sglang_frame(val)
+    if not sg8.empty:
+        display(figures.table(sg8, {"median relative error": "{:.2e}",
+                                    "largest relative error": "{:.2e}"},
+                              "fp8 pool: ours and SGLang's extend_attention_fwd on the same "
+                              "inputs, against the float64 oracle on the dequantized pool"))
+
+# %%
+f8s = data.fp8_speed(bench)
+bench_file = Path(bench["_path"]).name
+if f8s.empty:
+    display(Markdown(f"**Benchmark:** no fp8 measurement in `{bench_file}` (a benchmark run "
+                     "before the fp8 rows)."))
+else:
+    c8 = data.centre(data.fp8_bench_frame(bench))
+    if not c8.empty:
+        ours8 = float(c8.loc[c8["impl"] == data.OURS, "time_us"].iloc[0])
+        c8["speed-up of ours"] = c8["time_us"] / ours8
+        c8["% of fp8 roofline"] = 100 * c8["frac_roofline"]
+        display(figures.table(
+            c8[["label", "time_us", "GBps", "% of fp8 roofline", "speed-up of ours"]].rename(
+                columns={"label": "implementation", "time_us": "time per layer, us",
+                         "GBps": "effective GB/s"}),
+            {"time per layer, us": "{:,.1f}", "effective GB/s": "{:,.0f}",
+             "% of fp8 roofline": lambda v: f"{v:.2g}" if v < 10 else f"{v:.0f}",
+             "speed-up of ours": "{:,.1f}x"},
+            f"fp8 pool, centre point (S = {data.CENTRE['S']:,}, T = {data.CENTRE['T']}, H = "
+            f"{data.CENTRE['H']}): one layer's verify attention (median of repeats)"))
+    cols = ["S", "requests", "T", "H", "layout", "page_size"] + (["tile"] if "tile" in f8s else []) + \
+        ["fp8_us", "pct_fp8_roofline", "fp8_roofline_us", "bf16_us", "fp8_speedup", "roofline_ratio"]
+    display(figures.table(
+        f8s.assign(requests=f8s["batch"])[cols],
+        {"S": "{:,}", "fp8_us": "{:,.1f}", "pct_fp8_roofline": "{:.1f}", "fp8_roofline_us": "{:,.1f}",
+         "bf16_us": "{:,.1f}", "fp8_speedup": "{:,.2f}x", "roofline_ratio": "{:,.2f}x"},
+        f"fp8 pool: ours per shape (`{bench_file}`, median over the sweeps that repeat it), "
+        "against the fp8 roofline and ours on the bf16 pool at the same shape"))
+    display(Markdown("The fp8 roofline counts 576 bytes per prefix token (bf16: 1,152) and the "
+                     "draft rows, q and the output in bf16; 'bf16 roofline / fp8 roofline' is "
+                     "the most the smaller rows can gain at that shape. n/a: the bf16 sweeps did "
+                     "not measure that shape."))
+
+# %%
+if backend is None:
+    display(Markdown("**SGLang's real backend:** no sglang-backend file in the data directory."))
+elif data.backend_summary(backend, data.FP8_KV) is None:
+    display(Markdown(f"**SGLang's real backend:** no fp8 measurement in "
+                     f"`{Path(backend['_path']).name}` (a backend check before its fp8 cases)."))
+else:
+    b8 = data.backend_summary(backend, data.FP8_KV)
+    display(Markdown(
+        f"**SGLang's real backend on the fp8 pool** (`{Path(backend['_path']).name}`): "
+        f"{b8['n_pass']} of {b8['n_cases']} cases pass; ours must be within {b8['tol']:g} of "
+        f"the float64 oracle on the dequantized pool, and within {b8['control_tol']:g} of "
+        "SGLang's own fp8 arm, which rounds q and the probabilities to e4m3."
+        + ("" if not b8["not_run"] else " Cases that did not run ours: " + "; ".join(
+            f"`{n['case']}`: " + (f"the plugin refused the flash arm ({n['refused']})"
+                                  if n["refused"] else "every layer fell back to SGLang's kernel ("
+                                  + ", ".join(f"{k} x{m}" for k, m in sorted(n["fallbacks"].items()))
+                                  + ")") for n in b8["not_run"]) + ".")))
+    bf8 = data.backend_frame(backend)
+    bf8 = bf8[bf8["kv"] == data.FP8_KV]
+    display(figures.table(
+        bf8[["case", "covers", "pass", "oracle_err", "control_err", "graph_vs_eager", "bitwise",
+             "flash_replay_ms", "control_replay_ms", "replay_speedup"]],
+        {"oracle_err": "{:.2e}", "control_err": "{:.2e}", "graph_vs_eager": "{:.2e}",
+         "flash_replay_ms": "{:,.2f}", "control_replay_ms": "{:,.2f}",
+         "replay_speedup": "{:,.1f}x"},
+        "SGLang's real backend on the fp8_e4m3 pool: every case, its largest errors, and the "
+        "graph's replay time per arm", text=("covers",)))
 
 # %%
 provenance.write_record(record_path, "Phase 2: paged bf16 MLA tree-verify attention", docs,

@@ -156,15 +156,30 @@ def newest_or_none(data_dir: str | Path, kind: str, *, allow_fixture: bool = Fal
     return newest(data_dir, kind, allow_fixture=allow_fixture)
 
 
-def bench_frame(doc: dict, *, variants: bool = False) -> pd.DataFrame:
+# The KV pool a measurement read (bench rows' and backend cases' "kv_dtype"): SGLang's bf16
+# pool, or its fp8_e4m3 pool (kernel/FP8.md). Files written before fp8 carry no kv_dtype: bf16.
+BF16_KV, FP8_KV = "bfloat16", "fp8_e4m3"
+
+
+def row_kv(r: dict) -> str:
+    """The pool a bench row or backend case read: FP8_KV, or BF16_KV (also for rows without
+    the field, and for the backend's make_case name "auto")."""
+    return FP8_KV if r.get("kv_dtype") == FP8_KV else BF16_KV
+
+
+def bench_frame(doc: dict, *, variants: bool = False, kv_dtype: str = BF16_KV) -> pd.DataFrame:
     """One row per (configuration, impl) with 'label' and 'intensity' (FLOP/B) added.
 
     Rows of our kernel's variants (glossary.VARIANTS: a forced tier, a flushed L2) are left
     out unless variants=True, so no comparison, figure or median mixes them into `flash`.
+    Rows of the other KV pool are left out too: kv_dtype BF16_KV (the default: every bf16
+    comparison on the pages) or FP8_KV (fp8_bench_frame, which allows none).
     """
-    rows = [r for r in doc.get("rows") or [] if variants or r.get("impl") not in VARIANT_LABELS]
+    rows = [r for r in doc.get("rows") or [] if (variants or r.get("impl") not in VARIANT_LABELS)
+            and row_kv(r) == kv_dtype]
     if not rows:
-        raise MeasurementError(f"{doc['_path']}: bench has no 'rows'")
+        raise MeasurementError(f"{doc['_path']}: bench has no 'rows'"
+                               + ("" if kv_dtype == BF16_KV else f" of kv_dtype {kv_dtype!r}"))
     df = pd.DataFrame(rows)
     missing = [c for c in BENCH_COLUMNS if c not in df.columns]
     if missing:
@@ -274,9 +289,89 @@ def validation_tiers(doc: dict) -> pd.DataFrame:
     and again at the others its shape allows); empty for a file without it."""
     by = doc.get("by_tier") or {}
     rows = [{"tier": int(t), "tile": tier_name(int(t)), "checks": int(v["checks"]),
-             "failing": int(v["failing"]), "worst_rel_err": float(v["worst_rel_err"])}
+             "failing": int(v["failing"]),
+             # None: no check ran at that tier (a short run's rotation did not reach it)
+             "worst_rel_err": float("nan") if v["worst_rel_err"] is None else float(v["worst_rel_err"])}
             for t, v in by.items()]
     return pd.DataFrame(rows).sort_values("tier").reset_index(drop=True) if rows else pd.DataFrame()
+
+
+# ---- SGLang's fp8_e4m3 KV pool: the validation's "fp8" section, bench rows, backend cases ----
+def fp8_validation(doc: dict) -> dict | None:
+    """The validation file's "fp8" section in brief: None when the file has none (written before
+    fp8 validation, or with --fp8-cases 0); {"error": text} when it failed to run; else
+    validation_summary's keys for it plus the variety it covered (k_scales: distinct k_scale
+    values, split_scales: cases with v_scale != k_scale, nan_bytes: the NaN bytes poisoning
+    unowned slots), graph_pass / graph_cases (CUDA-graph replay against eager) and seconds."""
+    f = doc.get("fp8")
+    if f is None:
+        return None
+    if f.get("error"):
+        return {"error": str(f["error"])}
+    s = validation_summary({**f, "_path": f"{doc['_path']} (section 'fp8')"})
+    cases = f["cases"]
+    graph = (f.get("graph") or {}).get("cases") or []
+    s.update(k_scales=len({c.get("k_scale") for c in cases}),
+             split_scales=sum(c.get("k_scale") != c.get("v_scale") for c in cases),
+             nan_bytes=sorted({int(c["nan_byte"]) for c in cases if c.get("nan_byte") is not None}),
+             graph_cases=len(graph), graph_pass=sum(bool(c.get("pass")) for c in graph),
+             graph_max_diff=max((c["max_abs_diff_vs_eager"] for c in graph), default=None),
+             seconds=f.get("seconds"))
+    return s
+
+
+def fp8_sglang_frame(doc: dict) -> pd.DataFrame:
+    """The fp8 validation's comparison with SGLang's extend_attention_fwd on the same fp8 pool:
+    per comparison (ours vs oracle, SGLang vs oracle, ours vs SGLang) the cases, median and
+    largest relative error. Empty without it."""
+    sg = pd.DataFrame(((doc.get("fp8") or {}).get("sglang") or {}).get("cases") or [])
+    if sg.empty:
+        return sg
+    pairs = {"ours vs oracle": "rel_err", "SGLang vs oracle": "sglang_rel_err",
+             "ours vs SGLang": "rel_err_vs_sglang"}
+    return pd.DataFrame([{"comparison": k, "cases": int(sg[c].notna().sum()),
+                          "median relative error": sg[c].median(),
+                          "largest relative error": sg[c].max()} for k, c in pairs.items() if c in sg])
+
+
+def fp8_bench_frame(doc: dict) -> pd.DataFrame:
+    """bench_frame of the file's fp8_e4m3 rows; empty when it has none (files before fp8)."""
+    if not any(row_kv(r) == FP8_KV for r in doc.get("rows") or []):
+        return pd.DataFrame()
+    return bench_frame(doc, kv_dtype=FP8_KV)
+
+
+def fp8_speed(doc: dict) -> pd.DataFrame:
+    """Ours on the fp8 pool per shape (median over the fp8 sweeps that repeat it): its time,
+    tier and % of the fp8 roofline (the row's own: fp8 prefix bytes), with ours on the bf16
+    pool at the same shape from the same file beside it: fp8_speedup = bf16 time / fp8 time,
+    and roofline_ratio = bf16 roofline / fp8 roofline (what the bytes saved allow at most).
+    Empty without fp8 rows; bf16 columns NaN where the bf16 sweeps lack the shape."""
+    f8 = fp8_bench_frame(doc)
+    if f8.empty:
+        return f8
+    keys = list(SHAPE_KEYS)
+    ours = f8[f8["impl"] == OURS]
+    if ours.empty:
+        return pd.DataFrame()
+    agg = dict(fp8_us=("time_us", "median"), frac=("frac_roofline", "median"),
+               fp8_roofline_us=("roofline_us", "median"))
+    if "tier" in ours:
+        agg["tier"] = ("tier", "first")
+    out = ours.groupby(keys, as_index=False).agg(**agg)
+    try:
+        bf = bench_frame(doc)
+    except MeasurementError:   # a file of fp8 rows only: nothing to compare with
+        bf = pd.DataFrame(columns=keys + ["impl", "time_us", "roofline_us"])
+    bf = (bf[bf["impl"] == OURS].groupby(keys, as_index=False)
+          .agg(bf16_us=("time_us", "median"), bf16_roofline_us=("roofline_us", "median")))
+    out = out.merge(bf, on=keys, how="left")
+    out["pct_fp8_roofline"] = 100 * out["frac"]
+    out["fp8_speedup"] = out["bf16_us"] / out["fp8_us"]
+    out["roofline_ratio"] = out["bf16_roofline_us"] / out["fp8_roofline_us"]
+    if "tier" in out:
+        out["tile"] = out["tier"].map(lambda t: tier_name(t) if t == t and t is not None else None)
+    return out.sort_values(["batch", "page_size", "T", "S"]).reset_index(drop=True)
 
 
 def integration_frame(doc: dict) -> pd.DataFrame:
@@ -555,12 +650,34 @@ def _span(values) -> str:
 
 def _graph_covers(c: dict) -> str:
     ctl = "; against the control arm too" if c.get("control") else ""
+    if ctl and row_kv(c) == FP8_KV and c.get("control_tol") is not None:
+        ctl += f" (tolerance {c['control_tol']:g}: SGLang's fp8 kernel rounds q and P to e4m3)"
+    pool = ""
+    if row_kv(c) == FP8_KV:
+        pool = (f"fp8_e4m3 pool, k_scale {c.get('k_scale'):g}, v_scale {c.get('v_scale'):g}, "
+                if c.get("k_scale") is not None else "fp8_e4m3 pool, ")
+
     def reqs(n: int) -> str:
         return f"{n} request{'' if n == 1 else 's'}"
-    return (f"{c['layers']} layers, H = {c['heads']}, T = {c['draft']}, page {c['page']}: graph "
+    text = (f"{pool}{c['layers']} layers, H = {c['heads']}, T = {c['draft']}, page {c['page']}: graph "
             f"for batch {c['graph_bs']} captured with {reqs(c['capture_bs'])} (S "
             f"{_span(c['capture'])}, tree {c['tree']}), replayed with {reqs(c['replay_bs'])} (S "
             f"{_span(c['replay'])}, tree {c['replay_tree']}){ctl}")
+    if c.get("refused"):
+        text += f". NOT RUN: the plugin refused the flash arm: {c['refused']}"
+    elif c.get("fallbacks") and c.get("rel_err_oracle_replay") is None:
+        text += (". NOT RUN: every layer fell back to SGLang's kernel ("
+                 + ", ".join(f"{k} x{n}" for k, n in sorted(c["fallbacks"].items())) + ")")
+    elif c.get("fallbacks"):
+        text += ("; FALLBACKS at capture: "
+                 + ", ".join(f"{k} x{n}" for k, n in sorted(c["fallbacks"].items())))
+    return text
+
+
+def _max(*values):
+    """The largest of the values that are numbers; None when none is (a case not run)."""
+    nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return max(nums) if nums else None
 
 
 def sanitizer_errors(c: dict) -> int | None:
@@ -570,20 +687,21 @@ def sanitizer_errors(c: dict) -> int | None:
 
 
 def backend_frame(doc: dict) -> pd.DataFrame:
-    """One row per case of an sglang-backend file: what it covers, pass, its errors against
-    the float64 oracle, its graph replay against eager and against the control arm, and the
-    61-layer graph's replay time on each arm (ms)."""
+    """One row per case of an sglang-backend file: what it covers, the KV pool it read ("kv":
+    BF16_KV or FP8_KV), pass, its errors against the float64 oracle, its graph replay against
+    eager and against the control arm, and the 61-layer graph's replay time on each arm (ms).
+    A case that did not run (refused, or every layer fell back) has no errors (None)."""
     cases = doc.get("cases") or []
     if not cases:
         raise MeasurementError(f"{doc['_path']}: sglang-backend has no 'cases'")
     out = []
     for c in cases:
         kind = c.get("kind")
-        row = {"case": c.get("name", "?"), "pass": bool(c.get("pass"))}
+        row = {"case": c.get("name", "?"), "kv": row_kv(c), "pass": bool(c.get("pass"))}
         g = c.get("case") if kind == "sanitizer" else c
         if kind == "graph" or (kind == "sanitizer" and isinstance(g, dict)):
             row.update(
-                oracle_err=max(g["rel_err_oracle_capture"], g["rel_err_oracle_replay"]),
+                oracle_err=_max(g["rel_err_oracle_capture"], g["rel_err_oracle_replay"]),
                 graph_vs_eager=g["rel_err_graph_vs_eager"], bitwise=bool(g["graph_equals_eager"]),
                 control_err=g.get("rel_err_vs_control"))
         if kind == "graph":
@@ -612,25 +730,41 @@ def backend_frame(doc: dict) -> pd.DataFrame:
     return df
 
 
-def backend_summary(doc: dict) -> dict:
-    """Headline of an sglang-backend file: cases passing, memcheck outcome, worst errors."""
+def backend_summary(doc: dict, kv_dtype: str = BF16_KV) -> dict | None:
+    """Headline of an sglang-backend file's cases on one KV pool (row_kv; the adaptive case is
+    bf16): cases passing, memcheck outcome, worst errors. None for FP8_KV when the file has no
+    fp8 case (written before fp8)."""
     df = backend_frame(doc)
-    san = [c for c in doc["cases"] if c.get("kind") == "sanitizer"]
+    keep = [row_kv(c) == kv_dtype for c in doc["cases"]]
+    if not any(keep):
+        if kv_dtype == FP8_KV:
+            return None
+        raise MeasurementError(f"{doc['_path']}: sglang-backend has no {kv_dtype} case")
+    cases = [c for c, k in zip(doc["cases"], keep) if k]
+    df = df[keep].reset_index(drop=True)
+    san = [c for c in cases if c.get("kind") == "sanitizer"]
     errors = [sanitizer_errors(c) for c in san]
-    graph = [c for c in doc["cases"] if c.get("kind") == "graph"]
+    graph = [c for c in cases if c.get("kind") == "graph"]
+    # cases that stopped before ours ran: refused by the plugin, or every layer fell back
+    not_run = [c for c in graph if c.get("refused")
+               or (c.get("fallbacks") and c.get("rel_err_oracle_replay") is None)]
     return {
         "n_cases": len(df), "n_pass": int(df["pass"].sum()),
-        "all_pass": bool(doc.get("all_pass")) and bool(df["pass"].all()),
+        # the file's all_pass covers both pools: it must agree only when all cases are this pool's
+        "all_pass": bool(df["pass"].all()) and (bool(doc.get("all_pass")) or not all(keep)),
         "memcheck_ran": bool(san),
         "memcheck_clean": bool(san) and all(e == 0 for e in errors)
         and all(c.get("returncode") == 0 and c.get("pass") for c in san),
         "memcheck_errors": errors,
         "graph_cases": len(graph), "bitwise": sum(bool(c.get("graph_equals_eager")) for c in graph),
+        "not_run": [{"case": c.get("name", "?"), "refused": c.get("refused"),
+                     "fallbacks": c.get("fallbacks") or {}} for c in not_run],
         "max_oracle_err": float(pd.to_numeric(df["oracle_err"], errors="coerce").max()),
         "max_control_err": float(pd.to_numeric(df["control_err"], errors="coerce").max()),
         "max_graph_vs_eager": float(pd.to_numeric(df["graph_vs_eager"], errors="coerce").max()),
         "layers": doc.get("layers"), "sglang": doc.get("sglang_version"),
         "triton": doc.get("triton_version"), "tol": doc.get("tol"),
+        "control_tol": doc.get("fp8_control_tol") if kv_dtype == FP8_KV else doc.get("tol"),
     }
 
 

@@ -9,6 +9,7 @@ status: "pass" (the check holds), "fail" (it does not), "open" (not shown by any
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from . import data
 from .glossary import IMPL_LABELS
@@ -82,6 +83,72 @@ def backend(doc: dict | None) -> dict:
             "against SGLang's own path)")
     ok = s["all_pass"] and s["memcheck_clean"]
     return finding("backend", check, text, "pass" if ok else "fail", "backend")
+
+
+def _file(doc: dict) -> str:
+    return Path(doc["_path"]).name
+
+
+def fp8(val: dict, bench: dict, backend: dict | None) -> dict:
+    """SGLang's fp8_e4m3 KV cache: the validation's fp8 section, ours on the fp8 pool at the
+    centre (against its own roofline, our bf16 time and SGLang's fp8 path) and the fp8 cases
+    through SGLang's real backend. Fails when any part measured fails (or ours is slower than
+    SGLang's own kernel on the same fp8 pool); passes when the validation ran and nothing
+    failed; open while there is no fp8 validation. Files without fp8 data are named."""
+    check = "correct on SGLang's fp8_e4m3 KV cache"
+    v = data.fp8_validation(val)
+    f8 = data.fp8_bench_frame(bench)
+    b = data.backend_summary(backend, data.FP8_KV) if backend is not None else None
+    none = [_file(d) for d, part in ((val, v), (bench, None if f8.empty else f8), (backend, b))
+            if d is not None and part is None]
+    if v is None and f8.empty and b is None:
+        return finding("fp8", check, "no fp8 measurement in " + ", ".join(none), "open", "fp8")
+    parts, ok = [], True
+    if v is None:
+        parts.append(f"no fp8 validation in {_file(val)}")
+    elif "error" in v:
+        parts.append(f"the fp8 validation did not run ({v['error'][:160]})")
+        ok = False
+    else:
+        clean = v["nan_cases"] == 0 and v["unwritten_total"] == 0
+        parts.append(f"{v['n_pass']} of {v['n_cases']} fp8 cases pass at relative tolerance "
+                     f"{v['tolerance']:g} against the float64 oracle on the dequantized pool (worst "
+                     f"{v['max_rel_err']:.3g}; {v['split_scales']} with v_scale != k_scale)"
+                     + ("" if clean else f", NaN in {v['nan_cases']} cases")
+                     + (f"; CUDA-graph replay equals eager in {v['graph_pass']} of {v['graph_cases']}"
+                        if v["graph_cases"] else ""))
+        ok = ok and v["all_pass"] and clean and v["graph_pass"] == v["graph_cases"]
+    c = data.centre(f8).set_index("impl") if not f8.empty else None
+    if c is not None and data.OURS in c.index:
+        ours = float(c.loc[data.OURS, "time_us"])
+        sp = data.fp8_speed(bench)
+        at = data.select(sp, **data.CENTRE)
+        x_bf16 = float(at["fp8_speedup"].iloc[0]) if not at.empty else float("nan")
+        text = (f"{ours:,.1f} us per layer at the centre on fp8, "
+                f"{100 * float(c.loc[data.OURS, 'frac_roofline']):.0f} % of its roofline"
+                + ("" if x_bf16 != x_bf16 else f", {x_bf16:,.2f}x faster than ours on bf16" if x_bf16 >= 1
+                   else f", {1 / x_bf16:,.2f}x SLOWER than ours on bf16 ({x_bf16:,.2f}x its speed)"))
+        if data.BASELINE in c.index:
+            x = float(c.loc[data.BASELINE, "time_us"]) / ours
+            text += f", {x:,.1f}x faster than {IMPL_LABELS[data.BASELINE]} on the same fp8 pool"
+            ok = ok and x > 1
+        parts.append(text)
+    elif v is not None:
+        parts.append(f"no fp8 benchmark in {_file(bench)}")
+    if b is not None:
+        why = "; ".join(f"{n['case']}: " + (
+            f"refused ({n['refused'][:120]})" if n["refused"] else
+            "every layer fell back (" + ", ".join(f"{k} x{m}" for k, m in sorted(n["fallbacks"].items())) + ")")
+            for n in b["not_run"])
+        parts.append(f"{b['n_pass']}/{b['n_cases']} fp8 cases pass through SGLang's real backend"
+                     + (f" (NOT RUN: {why})" if why else "")
+                     + (", memcheck clean" if b["memcheck_clean"] else
+                        ", memcheck NOT clean" if b["memcheck_ran"] else ""))
+        ok = ok and b["all_pass"] and (b["memcheck_clean"] or not b["memcheck_ran"])
+    elif backend is not None:
+        parts.append(f"no fp8 case in {_file(backend)}")
+    status = "fail" if not ok else "pass" if v is not None and "error" not in v else "open"
+    return finding("fp8", check, "; ".join(parts), status, "fp8")
 
 
 def dcp(doc: dict | None) -> dict | None:

@@ -77,6 +77,11 @@ COLUMNS = {
     "graph_vs_eager": "graph replay vs eager (relative)", "bitwise": "bit-identical to eager",
     "control_err": "vs control arm (relative)", "flash_replay_ms": "replay, candidate, ms",
     "control_replay_ms": "replay, control, ms", "replay_speedup": "control / candidate",
+    "kv": "KV pool",
+    # SGLang's fp8_e4m3 KV pool (bench rows with "kv_dtype": "fp8_e4m3")
+    "fp8_us": "ours on fp8, us", "pct_fp8_roofline": "% of fp8 roofline",
+    "fp8_roofline_us": "fp8 roofline, us", "bf16_us": "ours on bf16, us",
+    "fp8_speedup": "bf16 time / fp8 time", "roofline_ratio": "bf16 roofline / fp8 roofline",
     # decode context parallelism, simulated on one GPU
     "ranks": "DCP ranks (N)", "heads_gathered": "heads per rank's prefix call",
     "shard_tokens": "prefix tokens per rank", "err_vs_unsharded": "vs unsharded call (relative)",

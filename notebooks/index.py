@@ -18,7 +18,8 @@ META_RE = re.compile(r'<meta name="mla-verify-report" content="([^"]*)">')
 # The headline: which report's finding answers which question, in reading order.
 HEADLINE = (("02_paged_bf16", "correctness"), ("02_paged_bf16", "centre"),
             ("02_paged_bf16", "tiers"), ("02_paged_bf16", "step"),
-            ("02_paged_bf16", "backend"), ("02_paged_bf16", "dcp"), ("03_canary_ab", "decision"),
+            ("02_paged_bf16", "backend"), ("02_paged_bf16", "fp8"), ("02_paged_bf16", "dcp"),
+            ("03_canary_ab", "decision"),
             ("03_canary_ab", "ratio"), ("02_paged_bf16", "production"))
 
 

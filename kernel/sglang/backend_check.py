@@ -16,6 +16,12 @@ per arm (MLA_VERIFY_BACKEND=flash and =triton) over one model runner's pools. Ea
 Plus: the adaptive-backend sequence (a later, larger backend must not free the LSE scratch an
 earlier graph writes) and one replay under `compute-sanitizer --tool memcheck` (a subprocess:
 `python -m kernel.sglang.backend_check --sanitize OUT.json`).
+The same on SGLang's fp8_e4m3 pool (FP8_CASES, `--kv-cache-dtype fp8_e4m3` published, the
+layers' KV scales set as SGLang's Fp8 KV-cache method sets them, k_scale != v_scale too): ours
+against the oracle on the dequantized pool at TOL, against SGLang's own fp8 arm at
+FP8_CONTROL_TOL; one more memcheck replay on it (`--sanitize OUT.json --kv-dtype fp8_e4m3`).
+A case the plugin refuses (strict flash) or serves with SGLang's kernel (an adapter fallback)
+fails, its row naming the refusal or the fallback reasons, and checks nothing further.
 
 On the GPU machine SGLang comes from the folder `python -m kernel.sglang.device_bundle`
 builds (PYTHONPATH=.sglang-site).
@@ -36,12 +42,20 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ..fp8 import FP8
 from ..inputs import make_case
 from . import adapter
 from .harness import SWITCH, Harness, publish_server_args, rel_err
+from .strict import StrictFlashError
 
 LAYERS = 61
 TOL = 1e-2                      # bf16 outputs; the oracle is float64
+# ours against SGLang's own arm on an fp8 pool: SGLang's kernel rounds q and P to e4m3 (unit
+# roundoff 2**-4 each; kernel/FP8.md measured 0.04-0.12 from the oracle), so the two arms
+# differ by SGLang's error; a misread scale or row is off by far more (O(1)). Ours is held to
+# TOL against the oracle, as on bf16.
+FP8_CONTROL_TOL = 0.2
+FP8_KV = "fp8_e4m3"
 SANITIZER_TIMEOUT_S = 300
 
 
@@ -61,6 +75,9 @@ class Spec:
     tree: str = "ddtree"
     replay_tree: str = "random"
     layers: int = LAYERS
+    kv_dtype: str = "auto"      # make_case's: "auto" (bf16 pool) or "fp8_e4m3"
+    k_scale: float | None = None   # fp8: every layer's k_scale_float (SGLang's 1.0 without checkpoint scales)
+    v_scale: float | None = None   # fp8: every layer's v_scale_float
 
 
 CASES = (
@@ -79,8 +96,27 @@ CASES = (
     # DeepSeek-V3 with full DP attention (128 heads per rank)
     Spec("heads128-64k", heads=128, draft=16, page=1, graph_bs=1, capture=(65_536,), replay=(60_000,), control=True),
 )
+FP8_CASES = (
+    # the deployment's shape on an fp8 pool from a checkpoint without KV scales (SGLang: 1.0);
+    # 64 query rows: rows64d
+    Spec("fp8-centre-185k", heads=8, draft=8, page=1, graph_bs=1, capture=(185_000,), replay=(180_001,),
+         control=False, kv_dtype=FP8_KV, k_scale=1.0, v_scale=1.0),
+    # paged, 5 of 8 requests real on replay, separate k and v scales; 32 query rows: rows32d
+    Spec("fp8-bs8-page64", heads=8, draft=4, page=64, graph_bs=8,
+         capture=(3000, 517, 1200, 64, 2048, 9, 700, 1500), replay=(2900, 33, 1600, 800, 65), control=True,
+         kv_dtype=FP8_KV, k_scale=0.05, v_scale=0.02),
+    # SGLang's EAGLE default of 48 running requests, one calibrated kv_scale for both
+    Spec("fp8-bs48", heads=8, draft=16, page=1, graph_bs=48, capture=tuple(300 + 37 * i for i in range(48)),
+         replay=tuple(250 + 41 * i for i in range(41)), control=True, tree="random", replay_tree="star",
+         kv_dtype=FP8_KV, k_scale=0.0625, v_scale=0.0625),
+    # 8 query rows per request: the small tier
+    Spec("fp8-heads2-small", heads=2, draft=4, page=16, graph_bs=4, capture=(5000, 700, 16, 2500),
+         replay=(4000, 1), control=True, kv_dtype=FP8_KV, k_scale=0.125, v_scale=0.25),
+)
 SANITIZE = Spec("sanitize", heads=16, draft=8, page=64, graph_bs=4, capture=(2000, 130), replay=(1500, 700, 64),
                 control=False, layers=2)
+SANITIZE_FP8 = Spec("sanitize-fp8", heads=16, draft=8, page=64, graph_bs=4, capture=(2000, 130),
+                    replay=(1500, 700, 64), control=False, layers=2, kv_dtype=FP8_KV, k_scale=0.05, v_scale=0.1)
 
 
 def _round_up(x: int, m: int) -> int:
@@ -139,20 +175,43 @@ def _replay_ms(h, backend, reps: int = 5) -> float:
     return sorted(ms)[len(ms) // 2]
 
 
+def _not_run(row: dict, t0: float, problem: str, **why) -> dict:
+    """A case that stopped before ours could be checked: failing, naming why (`why`: refused=
+    the plugin's one line, or fallbacks= the adapter's reason kinds and counts)."""
+    row.update(why, oracle_layers=[], rel_err_oracle_capture=None, rel_err_oracle_replay=None,
+               rel_err_graph_vs_eager=None, graph_equals_eager=None, rel_err_vs_control=None,
+               flash_replay_ms=None, control_replay_ms=None, finite=None,
+               problems=row.get("problems", []) + [problem], seconds=round(time.time() - t0, 1))
+    row["pass"] = False
+    return row
+
+
 def run_case(spec: Spec, model_dir, *, device="cuda", cuda_graph: bool = True, tol: float = TOL,
              timing: bool = True) -> dict:
     """One Spec through SGLang's backend on both arms; the result row (see module docstring)."""
     t0 = time.time()
-    publish_server_args(model_dir, device="cuda", draft_tokens=spec.draft, page_size=spec.page)
+    fp8 = spec.kv_dtype == FP8_KV
     T, H, P = spec.draft, spec.heads, spec.page
+    control_tol = FP8_CONTROL_TOL if fp8 else tol
+    row = dict(asdict(spec), kind="graph", capture_bs=len(spec.capture), replay_bs=len(spec.replay),
+               S_max=max(spec.capture + spec.replay), control_tol=control_tol, refused=None, fallbacks={})
+    scales = dict(k_scale=spec.k_scale, v_scale=spec.v_scale) if fp8 else {}
     cap = make_case(list(spec.capture), [T] * len(spec.capture), H, tree=spec.tree, layout="scattered",
-                    page_size=P, seed=11, device=device, slack=0.1)
+                    page_size=P, seed=11, device=device, slack=0.1, kv_dtype=spec.kv_dtype, **scales)
     rep = make_case(list(spec.replay), [T] * len(spec.replay), H, tree=spec.replay_tree, layout="fragmented",
-                    page_size=P, seed=12, device=device, slack=0.1)
+                    page_size=P, seed=12, device=device, slack=0.1, kv_dtype=spec.kv_dtype, **scales)
     slots = max(cap.kv_cache.shape[0], rep.kv_cache.shape[0])
     context = _round_up(max(spec.capture + spec.replay) + 2 * T, max(P, 256))
-    h = Harness(heads=H, page_size=P, layers=spec.layers, draft=T, max_bs=spec.graph_bs, context=context,
-                pool_slots=_round_up(slots + spec.graph_bs * T + 2 * P, P), device=device, arm="flash")
+    try:   # the plugin's strict mode refuses, at server args or backend build, what it cannot serve
+        publish_server_args(model_dir, device="cuda", draft_tokens=spec.draft, page_size=spec.page,
+                            **({"kv_cache_dtype": spec.kv_dtype} if fp8 else {}))
+        h = Harness(heads=H, page_size=P, layers=spec.layers, draft=T, max_bs=spec.graph_bs, context=context,
+                    pool_slots=_round_up(slots + spec.graph_bs * T + 2 * P, P), device=device, arm="flash",
+                    kv_dtype=FP8 if fp8 else None)
+    except StrictFlashError as e:
+        return _not_run(row, t0, f"the plugin refused the flash arm: {e}", refused=str(e))
+    if fp8:
+        h.set_kv_scales(spec.k_scale, spec.v_scale)   # before any pool is filled or graph captured
     control = h.build_backend("triton") if spec.control else None
     problems = _check_arms(h.backend, control)
     layers = sorted({0, spec.layers // 2, spec.layers - 1})   # checked against the oracle; all against control
@@ -163,6 +222,12 @@ def run_case(spec: Spec, model_dir, *, device="cuda", cuda_graph: bool = True, t
     runs = spec.layers * (2 if cuda_graph else 1)   # a warm-up run precedes a real capture
     if captured != Counter(flash=runs):
         problems.append(f"the adapter's outcomes at capture were {dict(captured)}, expected {runs} kernel runs")
+    fallbacks = {k: n for k, n in captured.items() if k != "flash"}
+    row["fallbacks"] = fallbacks
+    if fallbacks and not captured["flash"]:   # both arms are SGLang's kernel now: nothing of ours to check
+        del h, control
+        return _not_run(dict(row, problems=problems), t0, "every layer fell back to SGLang's kernel (reason: "
+                        + ", ".join(f"{k} x{n}" for k, n in sorted(fallbacks.items())) + ")")
     out_cap = _outputs(h.replay(cap, seed=1))
     err_cap = _oracle_errors(h, cap, out_cap, 1, layers)
     out_rep = _outputs(h.replay(rep, seed=2))
@@ -185,13 +250,13 @@ def run_case(spec: Spec, model_dir, *, device="cuda", cuda_graph: bool = True, t
     del h, control
     if device != "cpu" and torch.cuda.is_available():
         torch.cuda.empty_cache()
-    errs = [err_cap, err_rep, graph_vs_eager] + ([err_control] if err_control is not None else [])
-    row = dict(asdict(spec), kind="graph", capture_bs=len(spec.capture), replay_bs=len(spec.replay),
-               S_max=max(spec.capture + spec.replay), oracle_layers=layers, rel_err_oracle_capture=err_cap,
-               rel_err_oracle_replay=err_rep, rel_err_graph_vs_eager=graph_vs_eager, graph_equals_eager=bitwise,
-               rel_err_vs_control=err_control, flash_replay_ms=flash_ms, control_replay_ms=control_ms,
-               finite=finite, problems=problems, seconds=round(time.time() - t0, 1))
-    row["pass"] = finite and not problems and all(e < tol for e in errs)
+    errs = [err_cap, err_rep, graph_vs_eager]
+    row.update(oracle_layers=layers, rel_err_oracle_capture=err_cap, rel_err_oracle_replay=err_rep,
+               rel_err_graph_vs_eager=graph_vs_eager, graph_equals_eager=bitwise, rel_err_vs_control=err_control,
+               flash_replay_ms=flash_ms, control_replay_ms=control_ms, finite=finite, problems=problems,
+               seconds=round(time.time() - t0, 1))
+    row["pass"] = finite and not problems and all(e < tol for e in errs) and \
+        (err_control is None or err_control < control_tol)
     return row
 
 
@@ -220,24 +285,27 @@ def adaptive_scratch(model_dir, *, device="cuda", cuda_graph: bool = True, tol: 
                 **{"pass": intact and err < tol})
 
 
-def sanitize(model_dir, out_path) -> None:
-    """The body of the compute-sanitizer subprocess: one small case, capture + replays."""
+def sanitize(model_dir, out_path, kv_dtype: str = "auto") -> None:
+    """The body of the compute-sanitizer subprocess: one small case (SANITIZE, or SANITIZE_FP8
+    for kv_dtype "fp8_e4m3"), capture + replays."""
     prepare(model_dir)
-    row = run_case(SANITIZE, model_dir, timing=False)
+    row = run_case(SANITIZE_FP8 if kv_dtype == FP8_KV else SANITIZE, model_dir, timing=False)
     with open(out_path, "w") as f:
         json.dump(row, f)
 
 
-def run_sanitizer(timeout_s: int = SANITIZER_TIMEOUT_S) -> dict:
-    """One capture and replay under compute-sanitizer's memcheck, in a subprocess."""
+def run_sanitizer(timeout_s: int = SANITIZER_TIMEOUT_S, kv_dtype: str = "auto") -> dict:
+    """One capture and replay under compute-sanitizer's memcheck, in a subprocess; the row
+    "memcheck" (bf16 pool) or "memcheck-fp8" (kv_dtype "fp8_e4m3")."""
     tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
-    row = dict(name="memcheck", kind="sanitizer", tool=tool)
+    fp8 = kv_dtype == FP8_KV
+    row = dict(name="memcheck-fp8" if fp8 else "memcheck", kind="sanitizer", tool=tool, kv_dtype=kv_dtype)
     if not os.path.exists(tool):
         return dict(row, error="compute-sanitizer not found", **{"pass": False})
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "row.json")
         cmd = [tool, "--tool", "memcheck", "--error-exitcode", "3", sys.executable, "-m", "kernel.sglang.backend_check",
-               "--sanitize", out]
+               "--sanitize", out] + (["--kv-dtype", kv_dtype] if fp8 else [])
         t0 = time.time()
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
@@ -251,8 +319,10 @@ def run_sanitizer(timeout_s: int = SANITIZER_TIMEOUT_S) -> dict:
     return row
 
 
-def run(cases=CASES, *, sanitizer: bool = True, device="cuda", cuda_graph: bool = True, log=print) -> dict:
-    """Every case, the adaptive sequence and the memcheck replay; the stage's JSON body."""
+def run(cases=CASES + FP8_CASES, *, sanitizer: bool = True, device="cuda", cuda_graph: bool = True,
+        log=print) -> dict:
+    """Every case, the adaptive sequence and the memcheck replays (bf16, and fp8 when a case
+    is fp8); the stage's JSON body."""
     import sglang
     import triton
 
@@ -264,26 +334,32 @@ def run(cases=CASES, *, sanitizer: bool = True, device="cuda", cuda_graph: bool 
     rows = []
     for spec in cases:
         rows.append(run_case(spec, model_dir, device=device, cuda_graph=cuda_graph, timing=cuda_graph))
-        log(f"sglang-backend {spec.name}: pass={rows[-1]['pass']} oracle {rows[-1]['rel_err_oracle_replay']:.1e} "
-            f"control {rows[-1]['rel_err_vs_control']} {rows[-1]['seconds']} s {rows[-1]['problems']}")
+        r = rows[-1]
+        log(f"sglang-backend {spec.name}: pass={r['pass']} oracle {r['rel_err_oracle_replay']} "
+            f"control {r['rel_err_vs_control']} {r['seconds']} s {r['problems']}")
     rows.append(adaptive_scratch(model_dir, device=device, cuda_graph=cuda_graph))
     log(f"sglang-backend adaptive-scratch: {rows[-1]}")
     if sanitizer:
-        rows.append(run_sanitizer())
-        log(f"sglang-backend memcheck: pass={rows[-1]['pass']} {rows[-1].get('summary') or rows[-1].get('error')}")
+        for kv in ["auto"] + ([FP8_KV] if any(c.kv_dtype == FP8_KV for c in cases) else []):
+            rows.append(run_sanitizer(kv_dtype=kv))
+            log(f"sglang-backend {rows[-1]['name']}: pass={rows[-1]['pass']} "
+                f"{rows[-1].get('summary') or rows[-1].get('error')}")
     return {"kind": "sglang-backend", "sglang_version": sglang.__version__, "triton_version": triton.__version__,
-            "layers": LAYERS, "tol": TOL, "cases": rows, "all_pass": all(r["pass"] for r in rows),
-            "seconds": round(time.time() - t0, 1)}
+            "layers": LAYERS, "tol": TOL, "fp8_control_tol": FP8_CONTROL_TOL, "cases": rows,
+            "all_pass": all(r["pass"] for r in rows), "seconds": round(time.time() - t0, 1)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sanitize", metavar="OUT_JSON", help="run the small memcheck case, write its row")
+    ap.add_argument("--kv-dtype", choices=("auto", FP8_KV), default="auto",
+                    help="with --sanitize: the case's KV pool (auto = bf16)")
     a = ap.parse_args(argv)
     if a.sanitize:
         from .model_configs import write_kimi_k2
 
-        sanitize(write_kimi_k2(tempfile.mkdtemp(prefix="mla-verify-kimi-k2-"), nextn_layers=1), a.sanitize)
+        sanitize(write_kimi_k2(tempfile.mkdtemp(prefix="mla-verify-kimi-k2-"), nextn_layers=1), a.sanitize,
+                 kv_dtype=a.kv_dtype)
         return 0
     print(json.dumps(run(), indent=1))
     return 0

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..checks import HEAD_DIM, V_DIM
-from ..fp8 import FP8_NAN_BYTES
+from ..fp8 import FP8_NAN_BYTES, check_scale, quantize_mla_rows
 from ..reference import verify_attention_reference
 
 DRAFT = 8          # --speculative-num-draft-tokens of the published ServerArgs
@@ -205,7 +205,23 @@ class Harness:
             if layer == 0:
                 buf[:slots] = self._as_stored(case.kv_cache.to(dev))
             elif owned.numel():
-                buf[owned] = self._as_stored(torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev))
+                rows = torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev)
+                scale = self.radix[layer].k_scale_float
+                if self._as_bytes and self.radix[layer].k_scale is not None:
+                    # as SGLang writes a scaled fp8 layer: the model-dtype row / k_scale, then e4m3
+                    rows = quantize_mla_rows(rows.to(self.dtype), scale)
+                buf[owned] = self._as_stored(rows)
+
+    def set_kv_scales(self, k_scale: float, v_scale: float) -> None:
+        """Every layer's KV scales as SGLang's Fp8 KV-cache method leaves them after loading
+        (kv_cache.py process_weights_after_loading): fp32 0-dim tensors on the device (the write
+        path divides by k_scale) and Python floats (the descales the attention kernels get).
+        Layer 0's pool rows are the case's own: draw the case with the same k_scale."""
+        k_scale, v_scale = check_scale("k_scale", k_scale), check_scale("v_scale", v_scale)
+        for layer in self.radix:
+            layer.k_scale = torch.tensor(k_scale, dtype=torch.float32, device=self.device)
+            layer.v_scale = torch.tensor(v_scale, dtype=torch.float32, device=self.device)
+            layer.k_scale_float, layer.v_scale_float = k_scale, v_scale
 
     @property
     def _as_bytes(self) -> bool:
@@ -310,12 +326,15 @@ class Harness:
 
     def oracle(self, case, layer: int = 0, seed: int = 0) -> torch.Tensor:
         """Float64 oracle [N, H, 512] of `layer` for the case as last loaded (its pool rows; an
-        fp8 pool read through its e4m3 view with the layer's k_scale_float / v_scale_float)."""
+        fp8 pool read through its e4m3 view with the layer's k_scale_float / v_scale_float, or
+        1.0 for a layer without scales, as TritonAttnBackend.forward_extend passes them)."""
         qs, ks = self.layer_inputs(case, seed)
         pool = self.layer_pool(layer)
         pool = pool.view(self.pool.dtype) if self._as_bytes else pool
         radix = self.radix[layer]
         scales = {} if radix.k_scale_float is None else dict(k_scale=radix.k_scale_float, v_scale=radix.v_scale_float)
+        if self._as_bytes and (radix.k_scale is None or radix.v_scale is None):
+            scales = dict(k_scale=1.0, v_scale=1.0)   # triton_backend.py: descales only with both scales
         return verify_attention_reference(qs[layer].to(self.device), pool, case.kv_indptr.to(self.device),
                                           case.kv_indices.to(self.device), ks[layer].to(self.device),
                                           None if case.custom_mask is None else case.custom_mask.to(self.device),
@@ -324,8 +343,8 @@ class Harness:
 
 
 def oracle(case):
-    """Float64 oracle output [N, H, 512] of a case's own tensors."""
-    return verify_attention_reference(*case.args())[0]
+    """Float64 oracle output [N, H, 512] of a case's own tensors (an fp8 case with its scales)."""
+    return verify_attention_reference(*case.args(), **case.kwargs())[0]
 
 
 def rel_err(a, b) -> float:

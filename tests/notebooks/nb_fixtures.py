@@ -28,29 +28,44 @@ def toy_tier(T: int, H: int) -> int:
     return next((t for t, rows in ((1, 8), (2, 16), (4, 32)) if H * T <= rows), 0)
 
 
-def bench_row(rng, sweep, impl, S, T=8, H=8, layout="scattered", page_size=1, batch=1) -> dict:
+def bench_row(rng, sweep, impl, S, T=8, H=8, layout="scattered", page_size=1, batch=1,
+              kv_dtype=None) -> dict:
     """One bench row; bytes = unique KV bytes, flops = QK^T (576) + PV (512) for H*T rows.
     Ours carries its tier: the toy's small tier takes 0.6 of the rows64 time (flash_rows64 is
-    ours with rows64 forced, flash_l2flushed ours 5 % slower)."""
-    nbytes = S * 576 * 2
+    ours with rows64 forced, flash_l2flushed ours 5 % slower). kv_dtype None: a row of a file
+    before fp8 (no field, bf16); "fp8_e4m3": 576-byte rows, ours at half its fp8 roofline."""
+    fp8 = kv_dtype == "fp8_e4m3"
+    nbytes = S * 576 * (1 if fp8 else 2)
     flops = 2 * H * T * S * (576 + 512)
     roof = max(nbytes / READ_GBPS / 1e3, flops / MMA_TFLOPS / 1e6)
     tier = None
     if impl.startswith("flash"):
         tier = 0 if impl == "flash_rows64" else toy_tier(T, H)
-        t = (roof / OURS_FRAC[layout] + 4.0) * (0.6 if tier else 1.0)
+        t = (roof / (0.5 if fp8 else OURS_FRAC[layout]) + 4.0) * (0.6 if tier else 1.0)
         t *= 1.05 if impl == "flash_l2flushed" else 1.0
     else:
         t = nbytes / TOY_GBPS[impl] / 1e3 * (H / 8) ** (impl == "sglang_extend")
     t *= float(rng.lognormal(0.0, 0.03))
     lens = [S // batch] * (batch - 1) + [S - (S // batch) * (batch - 1)]
-    return {"sweep": sweep, "S": S, "prefix_lens": lens, "T": T, "H": H, "layout": layout,
-            "page_size": page_size, "batch": batch, "impl": impl, "tier": tier, "time_us": t,
-            "bytes": nbytes, "flops": flops, "GBps": nbytes / t / 1e3,
-            "TFLOPs": flops / t / 1e6, "roofline_us": roof, "frac_roofline": roof / t}
+    row = {"sweep": sweep, "S": S, "prefix_lens": lens, "T": T, "H": H, "layout": layout,
+           "page_size": page_size, "batch": batch, "impl": impl, "tier": tier, "time_us": t,
+           "bytes": nbytes, "flops": flops, "GBps": nbytes / t / 1e3,
+           "TFLOPs": flops / t / 1e6, "roofline_us": roof, "frac_roofline": roof / t}
+    return row if kv_dtype is None else {**row, "kv_dtype": kv_dtype}
 
 
-def bench_doc(date: str, seed: int = 0) -> dict:
+def fp8_bench_rows(rng) -> list[dict]:
+    """The fp8 pool's rows as kernel/bench/sweeps.py writes them: sweeps fp8_S, fp8_T,
+    fp8_layout, fp8_batch around the centre (repeated), SGLang's extend path at the centre."""
+    f = dict(kv_dtype="fp8_e4m3")
+    rows = [bench_row(rng, "fp8_S", "flash", S, **f) for S in (16384, 65536, 185000)]
+    rows += [bench_row(rng, "fp8_T", "flash", 185000, T=T, **f) for T in (1, 4, 8)]
+    rows += [bench_row(rng, "fp8_layout", "flash", 185000, page_size=p, **f) for p in (1, 64)]
+    rows += [bench_row(rng, "fp8_batch", "flash", 185000, batch=4, **f)]
+    return rows + [bench_row(rng, "fp8_S", "sglang_extend", 185000, **f)]
+
+
+def bench_doc(date: str, seed: int = 0, fp8: bool = True) -> dict:
     rng = np.random.default_rng(seed)
     impls = ("flash", "sglang_extend", "sglang_verify_mla", "torch_naive")
     rows = []
@@ -72,6 +87,8 @@ def bench_doc(date: str, seed: int = 0) -> dict:
     rows += [bench_row(rng, "T", "flash_rows64", 185000, T=T) for T in (1, 4)]
     rows += [bench_row(rng, "S", "flash_l2flushed", S) for S in (4096, 16384)]
     rows += [bench_row(rng, "batch32", i, 3_000_000, batch=32) for i in ("flash", "torch_naive")]
+    # drawn last, so the bf16 rows' numbers are the same with or without them
+    rows += fp8_bench_rows(rng) if fp8 else []
     # what kernel.build reports per arch and tier; 240 registers at most so no test can mistake
     # it for real data
     variants = {"mla_verify_kernel": {"small_nt1": 100, "small_nt2": 130, "small_nt4": 200,
@@ -126,20 +143,24 @@ def micro_doc(date: str, seed: int = 0, commit: str = "f1x7u7e0000000") -> dict:
                                "rows": est}}
 
 
-def backend_doc(date: str, seed: int = 0) -> dict:
+def backend_doc(date: str, seed: int = 0, fp8: bool = True) -> dict:
     """SGLang's real backend: two graph cases (one against the control arm), the adaptive
-    sequence and a memcheck replay, every one passing."""
+    sequence and a memcheck replay, every one passing; with fp8, then two fp8_e4m3 cases
+    (separate k/v scales, one against SGLang's fp8 arm, 0.06 off as its e4m3 rounding makes
+    it) and an fp8 memcheck replay, passing too."""
     rng = np.random.default_rng(seed)
 
-    def graph(name, heads, draft, page, capture, replay, control):
+    def graph(name, heads, draft, page, capture, replay, control, **fp8_fields):
         err = float(rng.uniform(1e-3, 3e-3))
-        return {"name": name, "kind": "graph", "heads": heads, "draft": draft, "page": page,
+        ctl = (0.06 if fp8_fields else err * 0.9) if control else None
+        return {"name": name, "kind": "graph", **fp8_fields, "heads": heads, "draft": draft,
+                "page": page,
                 "graph_bs": len(capture), "capture": capture, "replay": replay,
                 "control": control, "tree": "ddtree", "replay_tree": "random", "layers": 61,
                 "capture_bs": len(capture), "replay_bs": len(replay),
                 "rel_err_oracle_capture": err, "rel_err_oracle_replay": err * 1.01,
                 "rel_err_graph_vs_eager": 0.0, "graph_equals_eager": True,
-                "rel_err_vs_control": err * 0.9 if control else None,
+                "rel_err_vs_control": ctl, "refused": None, "fallbacks": {},
                 "flash_replay_ms": 10.0 * len(capture), "control_replay_ms":
                     200.0 * len(capture) if control else None,
                 "finite": True, "problems": [], "pass": True}
@@ -151,12 +172,66 @@ def backend_doc(date: str, seed: int = 0) -> dict:
              {"name": "memcheck", "kind": "sanitizer", "tool": "compute-sanitizer",
               "returncode": 0, "summary": "========= ERROR SUMMARY: 0 errors",
               "case": {**small, "layers": 2, "flash_replay_ms": None}, "pass": True}]
+    if fp8:
+        f = dict(kv_dtype="fp8_e4m3", control_tol=0.2)
+        small8 = graph("sanitize-fp8", 16, 8, 64, [2000, 130], [1500, 64], False, k_scale=0.05,
+                       v_scale=0.1, **f)
+        cases += [graph("fp8-centre", 8, 8, 1, [185000], [180001], False, k_scale=1.0,
+                        v_scale=1.0, **f),
+                  graph("fp8-bs4-page64", 8, 4, 64, [3000, 517, 64, 9], [2900, 33], True,
+                        k_scale=0.05, v_scale=0.02, **f),
+                  {"name": "memcheck-fp8", "kind": "sanitizer", "kv_dtype": "fp8_e4m3",
+                   "tool": "compute-sanitizer", "returncode": 0,
+                   "summary": "========= ERROR SUMMARY: 0 errors",
+                   "case": {**small8, "layers": 2, "flash_replay_ms": None}, "pass": True}]
     return {**header("sglang-backend", date), "sglang_version": "0.0.fixture",
-            "triton_version": "0.0", "layers": 61, "tol": 0.01, "cases": cases,
-            "all_pass": True}
+            "triton_version": "0.0", "layers": 61, "tol": 0.01, "fp8_control_tol": 0.2,
+            "cases": cases, "all_pass": True}
 
 
-def validation_doc(date: str, seed: int = 0, n: int = 24) -> dict:
+FP8_TIERS = {1: 8, 2: 16, 4: 32, 6: 32, 8: 64}
+
+
+def fp8_validation(rng, n: int) -> dict:
+    """The validation file's "fp8" section as kernel/bench/validate.py writes it: cases with
+    scales (v != k in a third), both e4m3fn NaN bytes, a second tier each; SGLang's fp8 errors
+    (0.04-0.07: it rounds q and P to e4m3); graph replays."""
+    cases = []
+    for i in range(n):
+        rel = float(rng.uniform(1e-3, 5e-3))
+        k = (0.01, 1.0, 0.0625)[i % 3]
+        tier, other = (1, 2, 6, 8)[i % 4], (2, 4, 8, 1)[i % 4]
+        cases.append({"id": i, "prefix_lens": [int(rng.integers(1, 5000))], "draft_lens": [8],
+                      "heads": 8, "tree": TREES[i % 4], "layout": LAYOUTS[i % 3],
+                      "page_size": (1, 16, 64)[i % 3], "causal": False, "seed": 100_000 + i,
+                      "tier": tier, "rel_err": rel, "lse_rel_err": rel / 10, "nan": False,
+                      "unwritten": 0, "pass": True, "kv_dtype": "fp8_e4m3", "k_scale": k,
+                      "v_scale": k * (1.0, 0.5, 3.0)[(i // 3) % 3], "nan_byte": (0x7F, 0xFF)[i % 2],
+                      "tiers": [{"tier": other, "rel_err": rel * 1.1, "lse_rel_err": rel / 10,
+                                 "nan": False, "unwritten": 0, "pass": True}],
+                      "pass_all_tiers": True})
+    checks = [(c["tier"], c["rel_err"]) for c in cases] + \
+        [(t["tier"], t["rel_err"]) for c in cases for t in c["tiers"]]
+    by_tier = {str(t): {"rows_per_tile": r, "checks": sum(x[0] == t for x in checks), "failing": 0,
+                        "worst_rel_err": max((x[1] for x in checks if x[0] == t), default=None)}
+               for t, r in FP8_TIERS.items()}
+    sgl = [{"id": c["id"], "rel_err": c["rel_err"], "sglang_rel_err": float(rng.uniform(0.04, 0.07)),
+            "rel_err_vs_sglang": float(rng.uniform(0.04, 0.07)), "heads": 8, "draft_lens": [8],
+            "prefix_lens": c["prefix_lens"], "k_scale": c["k_scale"], "v_scale": c["v_scale"]}
+           for c in cases[:5]]
+    graph = [{"seed": s, "heads": 8, "tier": 8, "prefix_lens": [100 * s], "tree": "ddtree",
+              "page_size": 1, "max_abs_diff_vs_eager": 0.0, "rel_err": 2e-3, "nan": False,
+              "pass": True, "kv_dtype": "fp8_e4m3", "k_scale": 0.0625, "v_scale": 0.03125}
+             for s in range(1, 4)]
+    return {"kv_dtype": "fp8_e4m3", "n_cases": n, "n_checks": len(checks), "tolerance": 1e-2,
+            "all_pass": True, "by_tier": by_tier, "worst": max(cases, key=lambda c: c["rel_err"]),
+            "cases": cases, "sglang": {"cases": sgl}, "graph": {"cases": graph, "all_pass": True},
+            "seconds": 42.0}
+
+
+def validation_doc(date: str, seed: int = 0, n: int = 24, fp8: bool = True) -> dict:
+    """bf16 cases as kernel/bench/validate.py writes them; with fp8, its "fp8" section too
+    (drawn after, so the bf16 numbers do not depend on it)."""
     rng = np.random.default_rng(seed)
     cases = []
     for i in range(n):
@@ -173,9 +248,10 @@ def validation_doc(date: str, seed: int = 0, n: int = 24) -> dict:
     by_tier = {str(t): {"rows_per_tile": r, "checks": n // 2 if t == 0 else n // 4, "failing": 0,
                         "worst_rel_err": worst["rel_err"]}
                for t, r in ((0, 64), (1, 8), (4, 32))}
-    return {**header("validation", date), "n_cases": n, "tolerance": 2e-2, "all_pass": True,
-            "cases": cases, "worst": worst, "sglang": {"cases": sgl}, "graph": {"cases": graph},
-            "n_checks": sum(v["checks"] for v in by_tier.values()), "by_tier": by_tier}
+    doc = {**header("validation", date), "n_cases": n, "tolerance": 2e-2, "all_pass": True,
+           "cases": cases, "worst": worst, "sglang": {"cases": sgl}, "graph": {"cases": graph},
+           "n_checks": sum(v["checks"] for v in by_tier.values()), "by_tier": by_tier}
+    return {**doc, "fp8": fp8_validation(rng, 12)} if fp8 else doc
 
 
 def integration_doc(date: str, seed: int = 0) -> dict:
@@ -196,14 +272,16 @@ KINDS = ("bench", "validation", "sglang-integration", "microbench", "sglang-back
 
 
 def write_fixture_data(data_dir: str | Path, *, kinds=KINDS,
-                       date: str = "2026-11-30T12:00:00+00:00", seed: int = 0) -> Path:
-    """Write one fixture file per kind into data_dir; returns data_dir."""
+                       date: str = "2026-11-30T12:00:00+00:00", seed: int = 0,
+                       fp8: bool = True) -> Path:
+    """Write one fixture file per kind into data_dir; returns data_dir. fp8=False: the files
+    as written before fp8 (no "fp8" validation section, no fp8 bench rows or backend cases)."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    makers = {"bench": bench_doc, "validation": validation_doc,
-              "sglang-integration": integration_doc, "microbench": micro_doc,
-              "sglang-backend": backend_doc}
+    with_fp8 = {"bench": bench_doc, "validation": validation_doc, "sglang-backend": backend_doc}
+    makers = {**with_fp8, "sglang-integration": integration_doc, "microbench": micro_doc}
     stamp = date[:19].replace(":", "")
     for kind in kinds:
-        (data_dir / f"{kind}-{stamp}.json").write_text(json.dumps(makers[kind](date, seed)))
+        doc = makers[kind](date, seed, fp8=fp8) if kind in with_fp8 else makers[kind](date, seed)
+        (data_dir / f"{kind}-{stamp}.json").write_text(json.dumps(doc))
     return data_dir

@@ -2,11 +2,12 @@
 code with the CPU stand-in kernel, the Triton interpreter for SGLang's control arm (bf16
 patched), graphs as eager calls, two layers. Its case table covers what the GPU run must."""
 import dataclasses
+import types
 
 import pytest
 
-from kernel.sglang import adapter, backend_check
-from kernel.sglang.backend_check import CASES, Spec, adaptive_scratch, run, run_case
+from kernel.sglang import adapter, backend_check, strict
+from kernel.sglang.backend_check import CASES, FP8_CASES, Spec, adaptive_scratch, run, run_case
 
 TINY = Spec("tiny", heads=8, draft=8, page=1, graph_bs=4, capture=(40, 9, 100), replay=(70, 3), control=True,
             layers=2)
@@ -78,4 +79,90 @@ def test_gpu_case_table_covers_the_deployment_matrix():
     for c in CASES:
         assert len(c.capture) <= c.graph_bs and len(c.replay) <= c.graph_bs
         # SGLang's path walks the prefix serially (~35 ms a layer at 185k): small S only
+        assert not c.control or max(c.capture + c.replay) <= 65_536, c.name
+
+
+# ---- the fp8_e4m3 pool ----
+TINY_FP8 = Spec("tiny-fp8", heads=8, draft=8, page=1, graph_bs=4, capture=(40, 9, 100), replay=(70, 3),
+                control=True, layers=2, kv_dtype="fp8_e4m3", k_scale=0.05, v_scale=0.02)
+
+
+@pytest.fixture
+def strict_off(monkeypatch):
+    """The plugin's strict checks pass whatever the pool (they refuse fp8 until the adapter serves it)."""
+    monkeypatch.setattr(strict, "server_args_problem", lambda server_args: None)
+    monkeypatch.setattr(strict, "backend_problem", lambda backend: None)
+
+
+def test_fp8_case_the_plugin_refuses_is_a_failing_row_naming_the_refusal(flash, model_dir, strict_off,
+                                                                         monkeypatch):
+    msg = "mla-verify: MLA_VERIFY_BACKEND=flash, but the KV cache is float8_e4m3fn: (test refusal)"
+    monkeypatch.setattr(strict, "backend_problem", lambda backend: msg)
+    row = run_case(TINY_FP8, model_dir, device="cpu", cuda_graph=False, timing=False)
+    assert row["pass"] is False and row["refused"] == msg
+    assert row["problems"] == [f"the plugin refused the flash arm: {msg}"]
+    assert row["rel_err_oracle_replay"] is None and row["kv_dtype"] == "fp8_e4m3"
+
+
+def test_fp8_case_whose_layers_fall_back_names_the_reason(flash, model_dir, strict_off, monkeypatch):
+    monkeypatch.setattr(adapter, "unsupported_reason",
+                        lambda *a, **k: ("kv_dtype", "KV cache dtype float8_e4m3fn (test)"))
+    row = run_case(TINY_FP8, model_dir, device="cpu", cuda_graph=False, timing=False)
+    assert row["pass"] is False and row["refused"] is None and row["fallbacks"] == {"kv_dtype": 2}
+    assert row["problems"][-1] == "every layer fell back to SGLang's kernel (reason: kv_dtype x2)"
+    assert row["rel_err_oracle_replay"] is None and row["rel_err_vs_control"] is None
+
+
+def test_fp8_case_passes_through_both_arms(flash, bf16_interpreter, model_dir):
+    row = run_case(TINY_FP8, model_dir, device="cpu", cuda_graph=False, timing=False)
+    if row["refused"] or row["fallbacks"]:
+        pytest.skip(f"this plugin does not serve the fp8 pool yet: {row['problems'][-1]}")
+    assert row["pass"], row
+    assert row["rel_err_oracle_capture"] < 1e-2 and row["rel_err_oracle_replay"] < 1e-2
+    # SGLang's arm rounds q and P to e4m3: visibly off the oracle, inside the stated bound
+    assert 1e-2 < row["rel_err_vs_control"] < row["control_tol"] == backend_check.FP8_CONTROL_TOL
+
+
+def test_the_stage_runs_the_fp8_cases_and_an_fp8_memcheck(flash, model_dir, monkeypatch):
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    asked = []
+    monkeypatch.setattr(backend_check, "run_sanitizer", lambda kv_dtype="auto": asked.append(kv_dtype)
+                        or dict(name=f"memcheck-{kv_dtype}", **{"pass": True}))
+    monkeypatch.setattr(backend_check, "run_case", lambda spec, *a, **k: dict(
+        name=spec.name, kv_dtype=spec.kv_dtype, rel_err_oracle_replay=None, rel_err_vs_control=None,
+        seconds=0.0, problems=[], **{"pass": True}))
+    monkeypatch.setattr(backend_check, "adaptive_scratch",
+                        lambda *a, **k: dict(name="adaptive-scratch", **{"pass": True}))
+    doc = run(log=lambda m: None)
+    assert [c["name"] for c in doc["cases"][:-3]] == [c.name for c in CASES + FP8_CASES]
+    assert asked == ["auto", "fp8_e4m3"] and doc["fp8_control_tol"] == backend_check.FP8_CONTROL_TOL
+    assert run([TINY], log=lambda m: None) and asked[2:] == ["auto"]   # no fp8 case, no fp8 memcheck
+
+
+def test_fp8_memcheck_runs_the_fp8_case_in_the_subprocess(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen["cmd"] = cmd
+        return types.SimpleNamespace(returncode=0, stderr="",
+                                     stdout="========= ERROR SUMMARY: 0 errors")
+    monkeypatch.setattr(backend_check.shutil, "which", lambda name: "/bin/true")
+    monkeypatch.setattr(backend_check.subprocess, "run", fake_run)
+    row = backend_check.run_sanitizer(kv_dtype="fp8_e4m3")
+    assert seen["cmd"][-2:] == ["--kv-dtype", "fp8_e4m3"] and row["name"] == "memcheck-fp8"
+    assert row["pass"] is False   # no inner row was written: a memcheck that checked nothing fails
+
+
+def test_fp8_case_table_covers_scales_tiers_padding_and_the_centre():
+    from kernel.ops import pick_tier
+    assert all(c.kv_dtype == "fp8_e4m3" and c.layers == 61 for c in FP8_CASES)
+    assert any(c.k_scale == c.v_scale == 1.0 for c in FP8_CASES)    # a checkpoint without KV scales
+    assert any(c.k_scale != c.v_scale for c in FP8_CASES)           # separate checkpoint scales
+    assert max(max(c.capture) for c in FP8_CASES) == 185_000
+    tiers = {pick_tier(c.heads, c.graph_bs * c.draft, c.graph_bs, c.draft) for c in FP8_CASES}
+    assert {1, 6, 8} <= tiers    # the small tier, rows32d and rows64d read the fp8 pool in SGLang too
+    assert any(c.control for c in FP8_CASES)
+    assert any(len(c.replay) < c.graph_bs for c in FP8_CASES)      # padded dummies on replay
+    for c in FP8_CASES:
+        assert len(c.capture) <= c.graph_bs and len(c.replay) <= c.graph_bs
         assert not c.control or max(c.capture + c.replay) <= 65_536, c.name
