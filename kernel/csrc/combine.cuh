@@ -2,8 +2,8 @@
 // row, for any tier (BMR = the tier's rows per tile, which sets the partial layout).
 // One CTA per (flat output row, 128-column slice): 4 slices per row, so even the centre
 // point's 64 rows give 256 CTAs streaming the bf16 partials (8.5 MB, L2-resident) in
-// parallel; 8 warps x 16 loads keep 128 splits of a slice in flight, so even a row of T = 1
-// (~263 splits) takes three rounds of L2 latency. Rows of requests with a single split were
+// parallel; 8 warps x 8 loads keep 64 splits of a slice in flight, so a row of T = 1 (130
+// splits) takes three rounds of L2 latency. Rows of requests with a single split were
 // written by the main kernel.
 #pragma once
 #include "verify_common.cuh"
@@ -65,9 +65,8 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float wsum = 0.f;
   const int col = slice * 128 + lane * 4;
-  // UNR loads in flight per warp before any is used: a row's splits stream in parallel;
-  // T = 1: ~263 splits in three rounds of L2 latency (8 loads a warp took five: 5.6 us)
-  constexpr int UNR = 16;
+  // UNR loads in flight per warp before any is used: a row's splits stream in parallel
+  constexpr int UNR = 8;
   for (int s0 = warp; s0 < ns; s0 += CW * UNR) {
     uint2 raw[UNR];
     float wt[UNR];
