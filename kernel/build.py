@@ -118,7 +118,13 @@ def _variant(mangled: str) -> str:
         return "rows64"
     if "mla_verify_combine" in mangled and args:
         return f"combine_r{args[0]}"
+    if "mma_ldsm_probe_kernel" in mangled and len(args) >= 2:   # <MMAs per ldmatrix, distance>
+        return f"probe_m{args[0]}_d{args[1]}"
     return mangled
+
+
+# the library's kernels by the names a build record gives them (instantiations are `variant`s)
+KERNELS = ("mla_verify_kernel", "mla_verify_combine", "mma_ceiling_kernel", "mma_ldsm_probe_kernel")
 
 
 def parse_ptxas(log: str) -> list[dict]:
@@ -128,7 +134,7 @@ def parse_ptxas(log: str) -> list[dict]:
         m = _ENTRY.search(line)
         if m:
             name = m.group(1)
-            short = next((k for k in ("mla_verify_kernel", "mla_verify_combine", "mma_ceiling_kernel") if k in name), name)
+            short = next((k for k in KERNELS if k in name), name)
             cur = {"kernel": short, "arch": m.group(2), "variant": _variant(name)}
             rows.append(cur)
             continue
@@ -181,6 +187,8 @@ def resources(lib_dir: Path) -> list[dict]:
     for r in rows:   # a build recorded before its kernel had a readable name kept the mangled one
         if r.get("variant", "").startswith("_Z"):
             r["variant"] = _variant(r["variant"])
+        if r.get("kernel", "").startswith("_Z"):
+            r["kernel"] = next((k for k in KERNELS if k in r["kernel"]), r["kernel"])
     return rows
 
 

@@ -63,3 +63,18 @@ def test_a_file_from_the_production_gpu_ends_the_never_run_claim():
     text = provenance.evidence_box(docs)
     assert "never run" not in text and "is among them" in text
     assert provenance.evidence_limits(docs)["production_ran"] is True
+
+
+def test_production_build_names_each_kernel_once_even_from_mangled_records():
+    # a record made before the probe kernel had a short name kept one mangled name per
+    # instantiation; the evidence box lists kernels, not instantiations
+    mangled = "_ZN50_GLOBAL__N__3d4ce141_17_mma_ldsm_probe_cu_9179494721mma_ldsm_probe_kernelILi{}ELi4EEEvPfi"
+    res = [{"arch": "sm_120", "kernel": mangled.format(i), "registers": 40, "spill_stores": 0, "spill_loads": 0}
+           for i in (1, 2)]
+    res.append({"arch": "sm_120", "kernel": "mla_verify_kernel", "registers": 255, "spill_stores": 0,
+                "spill_loads": 0})
+    doc = {"_path": "reports/data/bench-x.json", "_date": datetime(2026, 12, 1, tzinfo=timezone.utc),
+           "resources": res}
+    b = provenance.production_build([doc])
+    assert b["kernels"] == ["mla_verify_kernel", "mma_ldsm_probe_kernel"]
+    assert b["registers"] == 255
