@@ -599,9 +599,11 @@ def _readable_variant(variant: str) -> str:
 
 def _variant_tier(variant: str) -> str:
     """The build record's variant name as a tile: small_nt4 -> small (32-row tiles), rows64,
-    rows64d, rows32d_diag -> rows32d (32-row tiles), diagnostic copy, combine_r32 -> merge of
-    32-row tiles."""
+    rows64d, rows32d_diag -> rows32d (32-row tiles), diagnostic copy, rows64d_fp8 -> rows64d
+    (64-row tiles), fp8 copy, combine_r32 -> merge of 32-row tiles."""
     variant = _readable_variant(variant)
+    if variant.endswith("_fp8"):   # the fp8_e4m3 pool's copy of a tier (kernel/FP8.md)
+        return _variant_tier(variant[:-4]) + ", fp8 copy"
     m = re.fullmatch(r"small_nt(\d+)", variant)
     if m:
         return tier_name(int(m.group(1)))
