@@ -1,4 +1,5 @@
-"""What a measurement was taken on: GPU, driver, CUDA, torch, git commit, date."""
+"""What a measurement was taken on: GPU, driver, CUDA, torch, git commit, the CUDA sources'
+hash, date."""
 from __future__ import annotations
 
 import datetime as dt
@@ -6,6 +7,8 @@ import subprocess
 from pathlib import Path
 
 import torch
+
+from .. import build
 
 
 def git_commit() -> str:
@@ -29,5 +32,8 @@ def env_info(commit: str) -> dict:
         driver = "unknown"
     return {"gpu": prop.name, "sms": prop.multi_processor_count, "l2_bytes": prop.L2_cache_size,
             "driver": driver, "cuda": torch.version.cuda, "torch": torch.__version__, "commit": commit,
+            # the kernel sources' hash (kernel.build.source_hash, the build folder's name): names the
+            # code measured even where the machine's git checkout lags its copied work tree
+            "kernel_source": build.source_hash(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
