@@ -23,8 +23,9 @@
 // own; in iteration j tile j + 1 is widened (widen_rows: exact bf16, draft rows from k_extend)
 // into the third of three bf16 stages (QK(j) and PV(j - 1) read the other two), so the math
 // reads bf16 exactly as above: by all warps right after the CTA barrier (rows64d), or by the
-// half after its MMAs (rows32d; with two halves, half r would take rows 8r .. 8r + 7). k_scale folds into the prefix logits'
-// scale and v_scale into the prefix P (l sums the unscaled P).
+// half after its MMAs (rows32d, Layout::WIDEN_LATE; with two halves, half r would take rows
+// 8r .. 8r + 7). k_scale folds into the prefix logits' scale and v_scale into the prefix P (l
+// sums the unscaled P).
 #pragma once
 #include "verify_common.cuh"
 
@@ -37,8 +38,7 @@ constexpr int IDX_AHEAD = 4;                           // tiles between an index
 constexpr int IDX_WIN = 8;                             // tiles in the index window (> IDX_AHEAD)
 constexpr int QK_STEPS = 9;                            // 8 latent + 1 rope k-step per dim quarter
 constexpr int OSTRIDE = DV + 8;                        // padded bf16 row of the output staging
-constexpr float RESCALE_LOG2 = 8.f;
-                    // keep a stale max up to 2^8 below the true one
+constexpr float RESCALE_LOG2 = 8.f;                    // keep a stale max up to 2^8 below the true one
 
 template <int HALVES, bool FP8 = false>
 struct Layout {
@@ -55,7 +55,8 @@ struct Layout {
   static constexpr int OTHER = XS_BYTES + PS_BYTES + BM * 12 + WARPS * 4 + 16 + IDX_WIN * BN * 8 +
                                (int)((sizeof(Item) + 15) / 16 * 16);
   static constexpr int S8_FIT = (99 * 1024 - OTHER - NB * TILE_BYTES) / TILE8_BYTES;
-  static constexpr int S8 = FP8 ? (S8_FIT < IDX_AHEAD + 1 ? S8_FIT : IDX_AHEAD + 1) : 0;
+  // (bf16: 1, unused, so that the fp8-only code's modulo stays defined where it is compiled)
+  static constexpr int S8 = FP8 ? (S8_FIT < IDX_AHEAD + 1 ? S8_FIT : IDX_AHEAD + 1) : 1;
   static constexpr int KST = FP8 ? NB : STAGES;        // bf16 stages the MMAs read
   static constexpr int RING = FP8 ? NB * TILE_BYTES + S8 * TILE8_BYTES : RING_BYTES;
   static constexpr int OFF_XS = RING;
@@ -157,7 +158,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
     }
   };
-  // fp8: the e4m3 prefix rows only; widen_tile writes the draft rows and zeros past p1
+  // fp8: the e4m3 prefix rows only; widen_rows writes the draft rows and zeros past p1
   auto load_tile8 = [&](int tile, long long slot) {
     const int pos = it.p0 + tile * BN + ld_tok;
     if (tile >= n_tiles || pos >= it.p1 || pos >= it.S) return;

@@ -44,7 +44,8 @@ struct Layout {
   static constexpr int NB = 2;
   static constexpr int OTHER = XS_BYTES + PS_BYTES + 3 * R * 4 + 16 + IDX_WIN * BN * 8;
   static constexpr int S8_FIT = (99 * 1024 - OTHER - NB * TILE_BYTES) / TILE8_BYTES;
-  static constexpr int S8 = FP8 ? (S8_FIT < IDX_AHEAD + 1 ? S8_FIT : IDX_AHEAD + 1) : 0;
+  // (bf16: 1, unused, so that the fp8-only code's modulo stays defined where it is compiled)
+  static constexpr int S8 = FP8 ? (S8_FIT < IDX_AHEAD + 1 ? S8_FIT : IDX_AHEAD + 1) : 1;
   static constexpr int KST = FP8 ? NB : STAGES;         // bf16 stages the MMAs read
   static constexpr int RING = FP8 ? NB * TILE_BYTES + S8 * TILE8_BYTES : RING_BYTES;
   static constexpr int OFF_XS = RING;
@@ -130,7 +131,7 @@ __device__ __forceinline__ void small_body(const Params& p) {
       }
     }
   };
-  // fp8: the e4m3 prefix rows only; widen_tile writes the draft rows and zeros past p1
+  // fp8: the e4m3 prefix rows only; widen_rows writes the draft rows and zeros past p1
   auto load_tile8 = [&](int tile, long long slot) {
     const int pos = it.p0 + tile * BN + ld_tok;
     if (tile >= n_tiles || pos >= it.p1 || pos >= it.S) return;
