@@ -67,6 +67,17 @@ if other:
                                  for o in other) + "."))
 display(Markdown("**The implementations compared on this page.**\n\n"
                  + glossary.impl_glossary(df["impl"].unique())))
+backend_cases = data.backend_frame(backend) if backend is not None else pd.DataFrame()
+
+
+def backend_table(cases: pd.DataFrame, caption: str):
+    """SGLang's real backend, one row per case (sections 10 and 12: bf16 and fp8 pools)."""
+    return figures.table(
+        cases[["case", "covers", "pass", "oracle_err", "control_err", "graph_vs_eager", "bitwise",
+               "flash_replay_ms", "control_replay_ms", "replay_speedup"]],
+        {"oracle_err": "{:.2e}", "control_err": "{:.2e}", "graph_vs_eager": "{:.2e}",
+         "flash_replay_ms": "{:,.2f}", "control_replay_ms": "{:,.2f}", "replay_speedup": "{:,.1f}x"},
+        caption, text=("covers",))
 
 # %% [markdown]
 # <a id="correctness"></a>
@@ -466,8 +477,7 @@ if backend is None:
                      "`python -m kernel.gpu_run` writes one with its sglang-backend stage._"))
 else:
     bs = data.backend_summary(backend)
-    bf_all = data.backend_frame(backend)
-    bf = bf_all[bf_all["kv"] == data.BF16_KV]   # the fp8 pool's cases: section 12
+    bf = backend_cases[backend_cases["kv"] == data.BF16_KV]   # the fp8 pool's cases: section 12
     fb = next(f for f in found if f["id"] == "backend")
     not_bitwise = bf[bf["bitwise"].map(lambda v: v is False)]  # None: no graph in the case
     eager = (f"The graph replay is bit-identical to eager execution in {bs['bitwise']} of "
@@ -480,21 +490,15 @@ else:
         f"**{fb['text'][0].upper() + fb['text'][1:]}.** SGLang {bs['sglang']}, Triton "
         f"{bs['triton']}; a case passes when every error is below {bs['tol']:g} and every "
         f"output is finite. {eager}"))
-    display(figures.table(
-        bf[["case", "covers", "pass", "oracle_err", "control_err", "graph_vs_eager", "bitwise",
-            "flash_replay_ms", "control_replay_ms", "replay_speedup"]],
-        {"oracle_err": "{:.2e}", "control_err": "{:.2e}", "graph_vs_eager": "{:.2e}",
-         "flash_replay_ms": "{:,.2f}", "control_replay_ms": "{:,.2f}",
-         "replay_speedup": "{:,.1f}x"},
-        f"SGLang's real backend: every case, its largest errors, and the {bs['layers']}-layer "
-        "graph's replay time per arm (candidate = the plugin, control = SGLang's Triton path)",
-        text=("covers",)))
+    display(backend_table(
+        bf, f"SGLang's real backend: every case, its largest errors, and the {bs['layers']}-layer "
+        "graph's replay time per arm (candidate = the plugin, control = SGLang's Triton path)"))
     display(Markdown("n/a: the case has no such comparison (the control arm runs only where "
                      "SGLang's path is affordable; the adaptive and memcheck cases are not "
                      "timed)."
-                     + (f" The file's {int((bf_all['kv'] == data.FP8_KV).sum())} cases on the "
+                     + (f" The file's {int((backend_cases['kv'] == data.FP8_KV).sum())} cases on the "
                         "fp8_e4m3 pool are in [section 12](#fp8)."
-                        if (bf_all["kv"] == data.FP8_KV).any() else "")))
+                        if (backend_cases["kv"] == data.FP8_KV).any() else "")))
 
 # %% [markdown]
 # <a id="dcp"></a>
@@ -689,11 +693,10 @@ else:
 # %%
 if backend is None:
     display(Markdown("**SGLang's real backend:** no sglang-backend file in the data directory."))
-elif data.backend_summary(backend, data.FP8_KV) is None:
+elif (b8 := data.backend_summary(backend, data.FP8_KV)) is None:
     display(Markdown(f"**SGLang's real backend:** no fp8 measurement in "
                      f"`{Path(backend['_path']).name}` (a backend check before its fp8 cases)."))
 else:
-    b8 = data.backend_summary(backend, data.FP8_KV)
     display(Markdown(
         f"**SGLang's real backend on the fp8 pool** (`{Path(backend['_path']).name}`): "
         f"{b8['n_pass']} of {b8['n_cases']} cases pass; ours must be within {b8['tol']:g} of "
@@ -704,16 +707,10 @@ else:
                                   if n["refused"] else "every layer fell back to SGLang's kernel ("
                                   + ", ".join(f"{k} x{m}" for k, m in sorted(n["fallbacks"].items()))
                                   + ")") for n in b8["not_run"]) + ".")))
-    bf8 = data.backend_frame(backend)
-    bf8 = bf8[bf8["kv"] == data.FP8_KV]
-    display(figures.table(
-        bf8[["case", "covers", "pass", "oracle_err", "control_err", "graph_vs_eager", "bitwise",
-             "flash_replay_ms", "control_replay_ms", "replay_speedup"]],
-        {"oracle_err": "{:.2e}", "control_err": "{:.2e}", "graph_vs_eager": "{:.2e}",
-         "flash_replay_ms": "{:,.2f}", "control_replay_ms": "{:,.2f}",
-         "replay_speedup": "{:,.1f}x"},
+    display(backend_table(
+        backend_cases[backend_cases["kv"] == data.FP8_KV],
         "SGLang's real backend on the fp8_e4m3 pool: every case, its largest errors, and the "
-        "graph's replay time per arm", text=("covers",)))
+        "graph's replay time per arm"))
 
 # %%
 provenance.write_record(record_path, "Phase 2: paged bf16 MLA tree-verify attention", docs,
