@@ -181,7 +181,7 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
                          custom_mask, mask_indptr, qo_indptr, sm_scale, float_dtypes=(torch.bfloat16,),
                          kv_dtypes=(torch.bfloat16, FP8))
     fp8 = kv_cache.dtype == FP8
-    k_scale, v_scale = _scales(fp8, k_scale, v_scale)
+    k_scale, v_scale = kernel_scales(fp8, k_scale, v_scale)
     N = q.shape[0]
     if tier is None:
         tier = pick_tier(H, N, bs, max_draft_len)
@@ -230,8 +230,10 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
     return out, lse_out
 
 
-def _scales(fp8: bool, k_scale, v_scale) -> tuple[float, float]:
-    """(k_scale, v_scale) as floats; the bf16 kernels read an unscaled pool."""
+def kernel_scales(fp8: bool, k_scale, v_scale) -> tuple[float, float]:
+    """(k_scale, v_scale) as the kernel takes them, floats; raises VerifyInputError naming the
+    scale otherwise. An fp8 pool needs both (positive, finite); the bf16 kernels read an
+    unscaled pool (None or 1.0). No device read: also the CPU stand-in's check."""
     if fp8:
         for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
             if value is None:

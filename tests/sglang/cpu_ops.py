@@ -20,7 +20,8 @@ import types
 import torch
 
 from kernel.checks import VerifyInputError
-from kernel.fp8 import FP8, check_scale, dequantize_keys, dequantize_values
+from kernel.fp8 import FP8, dequantize_keys, dequantize_values
+from kernel.ops import kernel_scales
 from kernel.reference import verify_attention_reference
 
 
@@ -71,16 +72,9 @@ class CpuOps:
 
 
 def _scales(kv_cache, k_scale, v_scale) -> dict:
-    """The oracle's scale keywords for this pool, checked as kernel.ops checks them."""
-    if kv_cache.dtype == FP8:
-        for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
-            if value is None:
-                raise VerifyInputError(f"{name}: required with an fp8 kv_cache (float8_e4m3fn)")
-        return dict(k_scale=check_scale("k_scale", k_scale), v_scale=check_scale("v_scale", v_scale))
-    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if value is not None and value != 1.0:
-            raise VerifyInputError(f"{name}: {value!r} with a {kv_cache.dtype} kv_cache (None or 1.0 here)")
-    return {}
+    """The oracle's scale keywords for this pool, checked by kernel.ops' own check."""
+    k, v = kernel_scales(kv_cache.dtype == FP8, k_scale, v_scale)
+    return dict(k_scale=k, v_scale=v) if kv_cache.dtype == FP8 else {}
 
 
 def _prefix_only(q, kv_cache, slots, sm_scale, k_scale=None, v_scale=None):
