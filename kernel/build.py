@@ -106,7 +106,7 @@ def _variant(mangled: str) -> str:
     """A readable name for one instantiation: 'rows64', 'small_nt4', 'rows64d', 'rows32d_diag',
     'small_nt1_fp8', 'rows64d_fp8', 'combine_r32', ..."""
     args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
-    if "mla_verify_kernel_small_fp8" in mangled and args:
+    if "mla_verify_kernel_small8" in mangled and args:   # the small tier's fp8 copy
         return f"small_nt{args[0]}_fp8"
     if "mla_verify_kernel_small" in mangled and args:
         return f"small_nt{args[0]}"

@@ -131,7 +131,7 @@ def test_ptxas_report_parser():
     assert build._variant("_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi0EEEvNS_6ParamsE") == "rows64d"
     assert build._variant("_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi1ELi1EEEvNS_6ParamsE") == "rows32d_diag"
     assert build._variant("_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2EEEvNS_6ParamsE") == "rows64d_fp8"
-    assert build._variant("_ZN4mlav5small27mla_verify_kernel_small_fp8ILi1EEEvNS_6ParamsE") == "small_nt1_fp8"
+    assert build._variant("_ZN4mlav6small824mla_verify_kernel_small8ILi1EEEvNS_6ParamsE") == "small_nt1_fp8"
 
 
 def test_every_tier_is_compiled_for_every_arch(lib_dir):

@@ -35,3 +35,15 @@ def test_memory_bound_when_the_math_is_short():
 def test_math_bound_when_the_tiles_are_slow():
     (r,) = estimate(_rows(20000.0, 0.9), tiles_per_cta)
     assert r["bound"] == "math" and r["sm120_math_us"] > r["sm120_memory_us"]
+
+
+def test_an_fp8_pool_is_estimated_apart_at_its_own_bytes():
+    """The same shape and tier on both pools gives two rows: the fp8 one at 576 bytes per prefix
+    row, with its own stream efficiency (not the bf16 row's)."""
+    fp8 = [dict(r, kv_dtype="fp8_e4m3") for r in _rows(900.0, 0.5)]
+    rows = {r["kv_dtype"]: r for r in estimate(_rows(900.0, 0.9) + fp8, tiles_per_cta)}
+    assert set(rows) == {"bfloat16", "fp8_e4m3"}
+    kv8 = 185000 * 576 + 1 * 1152
+    assert rows["fp8_e4m3"]["sm120_floor_us"] == pytest.approx(kv8 / (SM120["dram_GBps"] * 1e3))
+    assert rows["fp8_e4m3"]["sm120_memory_us"] == pytest.approx(kv8 / (SM120["dram_GBps"] * 1e3 * 0.5))
+    assert rows["bfloat16"]["stream_efficiency"] == 0.9

@@ -8,6 +8,8 @@ left out, so what is measured is exactly the code that ships.
   shared-memory-resident tiles, as SM clocks per 16-token tile on the busiest CTA.
 - full: the whole kernel (mode 0), without the merge (mode 4): the merge's share, and with the
   merge launched as an ordinary kernel instead of a programmatic dependent (mode 128).
+Every row says its pool's kv_dtype: SHAPES on a bf16 pool, FP8_SHAPES on SGLang's fp8_e4m3 pool
+(the fp8 tiers' kernels; KV bytes at 576 per prefix row).
 """
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ import subprocess
 
 import torch
 
-from ..checks import ROW_BYTES
+from ..checks import FP8_ROW_BYTES, ROW_BYTES
 from ..inputs import make_case
 from ..ops import TIERS, get_workspace, launch
 from .sm120_estimate import SM120, estimate
+from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
 
 BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
@@ -36,6 +39,8 @@ STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}
 SHAPES = ((185000, 8, 8, (8, 6, 0, 4, 2, 1)), (185000, 1, 8, (1, 6, 0)), (185000, 4, 8, (4, 6, 2, 1, 8, 0)),
           (185000, 2, 8, (2, 1, 6, 0)), (185000, 16, 8, (8, 6, 0, 4, 2)), (185000, 32, 8, (8, 6, 0, 4)),
           (16384, 8, 8, (8, 6, 0, 4, 2)))
+# the fp8_e4m3 pool: T = 1, 2 and 4 (8 to 32 rows) and the centre, at the fp8 tiers that serve them
+FP8_SHAPES = ((185000, 1, 8, (1, 6)), (185000, 2, 8, (2, 6)), (185000, 4, 8, (6, 4)), (185000, 8, 8, (8, 6, 4)))
 
 
 def sm_clock_mhz() -> dict:
@@ -89,37 +94,42 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
     mhz = clock["sm_max"] or 1980.0
     ws = get_workspace("cuda")
     rows = parts(mhz) if "parts" in stages else []
-    for S, T, H, tiers in (SHAPES if stages & {"stream", "mma", "full"} else ()):
-        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25)
+    shapes = [(sh, "auto") for sh in SHAPES] + [(sh, FP8_KV) for sh in FP8_SHAPES]
+    for (S, T, H, tiers), kv in (shapes if stages & {"stream", "mma", "full"} else ()):
+        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25,
+                         kv_dtype=kv)
         o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
-        kv_bytes = (S + T) * ROW_BYTES
+        kv_bytes = S * (FP8_ROW_BYTES if kv == FP8_KV else ROW_BYTES) + T * ROW_BYTES
+        pool = KV_DTYPE_NAMES[kv]
 
         def timed(tier, mode):
-            fn = lambda: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier)
+            fn = lambda: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
+                                **case.kwargs())
             return time_calls([fn]) * 1e3
 
         for tier in tiers:
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
-            base = {"S": S, "T": T, "H": H, "tier": tier, "rows_per_tile": TIERS[tier], "tiles_per_cta": tiles}
+            base = {"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": pool, "rows_per_tile": TIERS[tier],
+                    "tiles_per_cta": tiles}
             if "stream" in stages:
                 for name, opt in (STREAM_OPTIONS.items() if tier != 0 else (("plain", 0),)):
                     us = timed(tier, MODE_NO_MATH | MODE_NO_MERGE | opt)
                     # every row tile streams the same KV: tiers with several tiles read it through L2
                     rows.append(dict(base, stage="stream", option=name, time_us=us, GBps=kv_bytes / us / 1e3,
                                      frac_read_ceiling=kv_bytes / us / 1e3 / ceil_gbps))
-                    log(f"micro stream S={S} T={T} tier {tier} {name:24s} {us:8.1f} us "
+                    log(f"micro stream {pool:9s} S={S} T={T} tier {tier} {name:24s} {us:8.1f} us "
                         f"{kv_bytes / us / 1e3:7.0f} GB/s ({kv_bytes / us / 1e3 / ceil_gbps:.0%} of read)")
             if "mma" in stages:
                 us = timed(tier, MODE_NO_LOADS | MODE_NO_MERGE)
                 rows.append(dict(base, stage="mma", time_us=us, clk_per_tile=us * mhz / tiles))
-                log(f"micro mma    S={S} T={T} tier {tier} {us:8.1f} us  {us * mhz / tiles:7.0f} clk/tile "
+                log(f"micro mma    {pool:9s} S={S} T={T} tier {tier} {us:8.1f} us  {us * mhz / tiles:7.0f} clk/tile "
                     f"({tiles} tiles/CTA)")
             if "full" in stages:
                 full, nomerge, nopdl = timed(tier, 0), timed(tier, MODE_NO_MERGE), timed(tier, MODE_NO_PDL)
                 rows.append(dict(base, stage="full", time_us=full, no_merge_us=nomerge, merge_us=full - nomerge,
                                  no_pdl_us=nopdl, clk_per_tile=nomerge * mhz / tiles))
-                log(f"micro full   S={S} T={T} tier {tier} {full:8.1f} us, merge {full - nomerge:5.1f} us, "
+                log(f"micro full   {pool:9s} S={S} T={T} tier {tier} {full:8.1f} us, merge {full - nomerge:5.1f} us, "
                     f"merge not as a dependent launch {nopdl:8.1f} us")
         del case, o, lse
         torch.cuda.empty_cache()

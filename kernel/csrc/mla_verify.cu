@@ -13,11 +13,13 @@
 // static shapes only, so a launch can be captured in a CUDA graph and replayed with new
 // lengths and trees. Only sm_80-class instructions (mma.sync, ldmatrix, cp.async).
 // SGLang's fp8_e4m3 pool (576-byte rows, per-layer k_scale / v_scale) is read by fp8 copies of
-// the small and design D tiers (`_fp8` kernels): e4m3 rows widened to bf16 in shared memory.
+// the small tier (tier_small8.cuh: e4m3 MMA operands widened in registers) and of the design D
+// tiers (`_fp8` kernels: e4m3 rows widened to bf16 in shared memory).
 #include "combine.cuh"
 #include "tier_rows64.cuh"
 #include "tier_rowsd.cuh"
 #include "tier_small.cuh"
+#include "tier_small8.cuh"
 
 namespace {
 using namespace mlav;
@@ -49,12 +51,13 @@ int blocks_per_sm(K kernel, int smem, int dev, int* cache, int threads = NTHREAD
   return n;
 }
 
+// The small tier (bf16 pool) or its fp8 copy (tier_small8.cuh).
 template <int NT, bool FP8>
 cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int dev) {
   static bool done[64] = {};
   static int occ[64] = {};
-  constexpr int smem = small::Layout<NT, FP8>::SMEM;
-  auto kernel = FP8 ? small::mla_verify_kernel_small_fp8<NT> : small::mla_verify_kernel_small<NT>;
+  constexpr int smem = FP8 ? small8::Layout<NT>::SMEM : small::Layout<NT>::SMEM;
+  auto kernel = FP8 ? small8::mla_verify_kernel_small8<NT> : small::mla_verify_kernel_small<NT>;
   cudaError_t err = allow_smem(kernel, smem, dev, done);
   if (err != cudaSuccess) return err;
   const int per_sm = blocks_per_sm(kernel, smem, dev, occ);
@@ -125,9 +128,9 @@ int mla_verify_smem_bytes() {
   m = m > small::Layout<4>::SMEM ? m : small::Layout<4>::SMEM;
   m = m > rowsd::Layout<1>::SMEM ? m : rowsd::Layout<1>::SMEM;
   m = m > rowsd::Layout<2>::SMEM ? m : rowsd::Layout<2>::SMEM;
-  m = m > small::Layout<1, true>::SMEM ? m : small::Layout<1, true>::SMEM;
-  m = m > small::Layout<2, true>::SMEM ? m : small::Layout<2, true>::SMEM;
-  m = m > small::Layout<4, true>::SMEM ? m : small::Layout<4, true>::SMEM;
+  m = m > small8::Layout<1>::SMEM ? m : small8::Layout<1>::SMEM;
+  m = m > small8::Layout<2>::SMEM ? m : small8::Layout<2>::SMEM;
+  m = m > small8::Layout<4>::SMEM ? m : small8::Layout<4>::SMEM;
   m = m > rowsd::Layout<1, true>::SMEM ? m : rowsd::Layout<1, true>::SMEM;
   m = m > rowsd::Layout<2, true>::SMEM ? m : rowsd::Layout<2, true>::SMEM;
   return m;
@@ -148,9 +151,9 @@ int mla_verify_tier_smem_bytes(int tier) {
 // The same for a tier's fp8 copy, -1 for a tier without one (rows64).
 int mla_verify_tier_smem_bytes_fp8(int tier) {
   switch (tier) {
-    case 1: return small::Layout<1, true>::SMEM;
-    case 2: return small::Layout<2, true>::SMEM;
-    case 4: return small::Layout<4, true>::SMEM;
+    case 1: return small8::Layout<1>::SMEM;
+    case 2: return small8::Layout<2>::SMEM;
+    case 4: return small8::Layout<4>::SMEM;
     case 6: return rowsd::Layout<1, true>::SMEM;
     case 8: return rowsd::Layout<2, true>::SMEM;
     default: return -1;

@@ -15,12 +15,7 @@
 // tiles ahead into a shared window, so no register ever waits on an index load. NT <= 2 fits
 // two CTAs per SM where shared memory allows (H200: yes; sm_120's 100 KB per SM: no); the
 // host sizes the schedule from the occupancy it measures.
-// FP8 (SGLang's fp8_e4m3 pool): the prefix rows stream as e4m3 bytes into their own ring of
-// S8 stages (twice the tokens per byte); in the softmax phase of tile j tile j + 1 is widened
-// to bf16 (widen_rows: exact, with the draft rows from k_extend) into one of two bf16 stages
-// the MMAs read unchanged, by the threads the softmax leaves idle (NT = 1: 128 of them), else
-// by all. k_scale folds into the prefix logits' scale, v_scale into the
-// prefix P (l sums the unscaled P), so draft rows stay unscaled as SGLang reads them.
+// SGLang's fp8_e4m3 pool has its own copy of this tier (tier_small8.cuh).
 #pragma once
 #include "verify_common.cuh"
 
@@ -32,23 +27,14 @@ constexpr int RING_BYTES = STAGES * TILE_BYTES;        // 73,728
 constexpr int IDX_AHEAD = 4;                           // tiles between an index copy and its use
 constexpr int IDX_WIN = 8;                             // tiles in the index window (> IDX_AHEAD)
 
-template <int NT, bool FP8 = false>
+template <int NT>
 struct Layout {
   static constexpr int R = 8 * NT;
   static constexpr int TPR = R >= 32 ? 8 : 16;          // softmax threads per row
   static constexpr int TOK = BN / TPR;                  // tokens per softmax thread
   static constexpr int XS_BYTES = NWARPS * NT * 32 * 4 * 4;   // partial S^T, [warp][nt][lane][4]
   static constexpr int PS_BYTES = R * BN * 2;            // P^T as [row][token] bf16
-  // fp8: NB bf16 stages (PV(j) and QK(j + 1) read two) and S8 e4m3 stages, as many as fit
-  // (at most IDX_AHEAD + 1: the slot-id window runs that far ahead of the copies)
-  static constexpr int NB = 2;
-  static constexpr int OTHER = XS_BYTES + PS_BYTES + 3 * R * 4 + 16 + IDX_WIN * BN * 8;
-  static constexpr int S8_FIT = (99 * 1024 - OTHER - NB * TILE_BYTES) / TILE8_BYTES;
-  // (bf16: 1, unused, so that the fp8-only code's modulo stays defined where it is compiled)
-  static constexpr int S8 = FP8 ? (S8_FIT < IDX_AHEAD + 1 ? S8_FIT : IDX_AHEAD + 1) : 1;
-  static constexpr int KST = FP8 ? NB : STAGES;         // bf16 stages the MMAs read
-  static constexpr int RING = FP8 ? NB * TILE_BYTES + S8 * TILE8_BYTES : RING_BYTES;
-  static constexpr int OFF_XS = RING;
+  static constexpr int OFF_XS = RING_BYTES;
   static constexpr int OFF_PS = OFF_XS + XS_BYTES;
   static constexpr int OFF_ALPHA = OFF_PS + PS_BYTES;   // [R] rescale of the running O
   static constexpr int OFF_INV = OFF_ALPHA + R * 4;     // [R] 1 / l at the end
@@ -57,17 +43,16 @@ struct Layout {
   static constexpr int SMEM = OFF_IDX + IDX_WIN * BN * 8;
   static constexpr int MIN_BLOCKS = NT <= 2 ? 2 : 1;    // CTAs per SM the registers are capped for
   static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
-  static_assert(R * DV * 2 <= RING, "the output staging reuses the ring");
-  static_assert(!FP8 || S8 >= 2, "fp8: one e4m3 stage widened while the next streams in");
+  static_assert(R * DV * 2 <= RING_BYTES, "the output staging reuses the ring");
 };
 
-template <int NT, bool FP8>
-__device__ __forceinline__ void small_body(const Params& p) {
-  using Lo = Layout<NT, FP8>;
+template <int NT>
+__global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_kernel_small(const Params p) {
+  using Lo = Layout<NT>;
   constexpr int R = Lo::R, TPR = Lo::TPR, TOK = Lo::TOK;
   extern __shared__ __align__(128) uint8_t smem[];
   Item it;
-  if (!plan_item<R>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), it)) return;
+  if (!plan_item<R>(p, reinterpret_cast<int*>(smem + RING_BYTES), it)) return;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, qd = lane & 3;
@@ -82,7 +67,6 @@ __device__ __forceinline__ void small_body(const Params& p) {
   float* inv_s = reinterpret_cast<float*>(smem + Lo::OFF_INV);
   float* lse_s = reinterpret_cast<float*>(smem + Lo::OFF_LSE);
   uint8_t* idx_win = smem + Lo::OFF_IDX;
-  uint8_t* ring8 = smem + Lo::NB * TILE_BYTES;            // fp8 only: the e4m3 stages
   const bool evict_first = !(p.mode & MODE_PLAIN_CACHE);
   const uint64_t pol = evict_first ? policy_evict_first() : 0ull;
 
@@ -131,51 +115,18 @@ __device__ __forceinline__ void small_body(const Params& p) {
       }
     }
   };
-  // fp8: the e4m3 prefix rows only; widen_rows writes the draft rows and zeros past p1
-  auto load_tile8 = [&](int tile, long long slot) {
-    const int pos = it.p0 + tile * BN + ld_tok;
-    if (tile >= n_tiles || pos >= it.p1 || pos >= it.S) return;
-    const uint8_t* src = p.kv8 + slot * p.kv_stride;
-    uint8_t* dst = ring8 + (tile % Lo::S8) * TILE8_BYTES + ld_tok * D;
-#pragma unroll
-    for (int i = 0; i < (CHUNKS8 + 15) / 16; ++i) {
-      const int ch = ld_lane + 16 * i;
-      if (ch < CHUNKS8) {
-        if (evict_first) cp_async16_hint(smem_u32(dst + ch * 16), src + ch * 16, 16, pol);
-        else cp_async16(smem_u32(dst + ch * 16), src + ch * 16, 16);
-      }
-    }
-  };
-  auto load = [&](int tile, long long slot) {
-    if constexpr (FP8) load_tile8(tile, slot); else load_tile(tile, slot);
-  };
-  auto widen = [&](int tile) {     // by all threads
-    widen_rows<NTHREADS, BN>(p, it.p0, it.p1, it.S, it.qo0, tile, tid, 0, ring8 + (tile % Lo::S8) * TILE8_BYTES,
-                             ring + (tile % Lo::KST) * (BN * D));
-  };
-  constexpr int IDLE0 = R * TPR;                          // first thread the softmax leaves idle
-  auto widen_beside_softmax = [&](int tile) {
-    if constexpr (IDLE0 <= NTHREADS / 2) {
-      if (tid >= IDLE0)
-        widen_rows<NTHREADS - IDLE0, BN>(p, it.p0, it.p1, it.S, it.qo0, tile, tid - IDLE0, 0,
-                                         ring8 + (tile % Lo::S8) * TILE8_BYTES, ring + (tile % Lo::KST) * (BN * D));
-    } else {
-      widen(tile);
-    }
-  };
-  constexpr int AH = FP8 ? Lo::S8 : 3;                    // tiles issued before the first is used
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents, so no NaN path changes the timing
-    for (int i = tid; i < Lo::RING / 16; i += NTHREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+    for (int i = tid; i < RING_BYTES / 16; i += NTHREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
   // prologue: tiles 0..2 before anything else, so the DRAM stream starts at once; the index
   // window for tiles 3 .. 2 + IDX_AHEAD rides in the first group
 #pragma unroll
-  for (int t = 0; t < AH; ++t) {
-    if (loads && t < n_tiles) load(t, slot_of(t));
+  for (int t = 0; t < 3; ++t) {
+    if (loads && t < n_tiles) load_tile(t, slot_of(t));
     if (t == 0 && loads)
-      for (int k = AH; k < AH + IDX_AHEAD; ++k) copy_index(k);
+      for (int k = 3; k < 3 + IDX_AHEAD; ++k) copy_index(k);
     cp_async_commit();
   }
 
@@ -213,7 +164,7 @@ __device__ __forceinline__ void small_body(const Params& p) {
   const bool math = !(p.mode & MODE_NO_MATH);
   // partial S^T of tile `tile` over this warp's k-steps -> xs
   auto qk = [&](int tile) {
-    const __nv_bfloat16* kt = ring + (tile % Lo::KST) * (BN * D);
+    const __nv_bfloat16* kt = ring + (tile % STAGES) * (BN * D);
     // CH independent accumulator chains per n-tile (k-steps alternate between them), so that
     // few rows still give the tensor pipe more than one MMA in flight per warp
     constexpr int CH = NT <= 2 ? 2 : 1;
@@ -243,26 +194,18 @@ __device__ __forceinline__ void small_body(const Params& p) {
     }
   };
 
-  cp_async_wait<AH - 1>();
+  cp_async_wait<2>();
   __syncthreads();
-  if constexpr (FP8) {
-    if (n_tiles > 0) widen(0);
-    __syncthreads();
-  }
   if (math && n_tiles > 0) qk(0);
 
   for (int j = 0; j < n_tiles; ++j) {
-    if constexpr (FP8) cp_async_wait<AH - 2>();         // e4m3 tile j + 1 landed (this thread's copies)
     __syncthreads();                                      // barrier 1: xs(j) complete, PV(j-1) done
     if (loads) {
-      // bf16: refill the stage PV(j-1) released; fp8: the e4m3 stage widened in iteration j - 1
-      const int jn = j + AH;
-      if (jn < n_tiles) load(jn, window_slot(jn));
+      const int jn = j + 3;                               // refill the stage PV(j-1) released
+      if (jn < n_tiles) load_tile(jn, window_slot(jn));
       copy_index(jn + IDX_AHEAD);
     }
     cp_async_commit();
-    // fp8: tile j + 1 into the bf16 stage PV(j - 1) released, for QK(j + 1) after barrier 2
-    if constexpr (FP8) if (j + 1 < n_tiles) widen_beside_softmax(j + 1);
     if (math) {
       // ---- softmax of tile j: sum the eight partials, mask, online max/sum, P^T -> ps
       if (sm_active) {
@@ -278,7 +221,7 @@ __device__ __forceinline__ void small_body(const Params& p) {
           float v = 0.f;
 #pragma unroll
           for (int w = 0; w < NWARPS; ++w) v += xs[((w * NT + nt) * 32 + ln) * 4 + e];
-          v *= (FP8 && tpos + t < it.S) ? p.kscale_log2 : sl2;   // fp8: k_scale on prefix logits
+          v *= sl2;
           if (edge) {
             const int pos = tpos + t;
             bool ok = pos < it.p1;
@@ -305,18 +248,17 @@ __device__ __forceinline__ void small_body(const Params& p) {
         for (int i = 0; i < TOK; ++i) {
           const float pv = exp2f(sv[i] - shift);
           rs += pv;
-          // fp8: v_scale rides on the prefix P (l sums the unscaled P)
-          ps[sr * BN + st0 + i] = __float2bfloat16_rn(FP8 && tpos + st0 + i < it.S ? pv * p.v_scale : pv);
+          ps[sr * BN + st0 + i] = __float2bfloat16_rn(pv);
         }
         l_run = l_run * alpha + rs;
         if (tid % TPR == 0) alpha_s[sr] = alpha;
       }
     }
-    if constexpr (!FP8) cp_async_wait<2>();             // tile j+1 landed (this thread's copies)
+    cp_async_wait<2>();                                   // tile j+1 landed (this thread's copies)
     __syncthreads();                                      // barrier 2: ps, alpha, tile j+1 visible
     if (math) {
       // ---- PV(j): O^T[my 64 columns, R] = alpha * O^T + V^T P^T
-      const __nv_bfloat16* vt = ring + (j % Lo::KST) * (BN * D);
+      const __nv_bfloat16* vt = ring + (j % STAGES) * (BN * D);
       uint32_t pb[NT][2];
       float al[NT][2];
       bool moved = false;
@@ -394,15 +336,6 @@ __device__ __forceinline__ void small_body(const Params& p) {
       p.part_lse[(long long)it.part_slot * R + tid] = lse_s[tid];
     }
   }
-}
-
-template <int NT>
-__global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_kernel_small(const Params p) {
-  small_body<NT, false>(p);
-}
-template <int NT>
-__global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_kernel_small_fp8(const Params p) {
-  small_body<NT, true>(p);
 }
 
 }  // namespace small

@@ -103,21 +103,23 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 __device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
   return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
 }
-// Four e4m3 values (bytes of x, lowest first) as two bf16x2, exactly (every e4m3 value is a
-// bf16 value). Sign and the 7 exponent-mantissa bits move into bf16 position, which reads the
-// value times 2^-120 (normal and subnormal alike: bf16's bias is 120 larger and its mantissa
-// has room), then one exact multiply by 2^120. An e4m3 NaN byte (0x7f / 0xff, which SGLang's
-// saturating cast writes only from a NaN) reads as +-480, outside e4m3's finite +-448.
-__device__ __forceinline__ void e4m3x4_to_bf16x4(uint32_t x, uint32_t& lo, uint32_t& hi) {
-  const uint32_t a = __byte_perm(x, 0u, 0x1404), b = __byte_perm(x, 0u, 0x3424);   // bytes -> bits 15..8
-  const uint32_t ua = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
-  const uint32_t ub = (b & 0x80008000u) | ((b >> 4) & 0x07f007f0u);
+// e4m3 -> bf16, exactly (every e4m3 value is a bf16 value). Sign and the 7 exponent-mantissa
+// bits move into bf16 position, which reads the value times 2^-120 (normal and subnormal alike:
+// bf16's bias is 120 larger and its mantissa has room), then one exact multiply by 2^120. An
+// e4m3 NaN byte (0x7f / 0xff, which SGLang's saturating cast writes only from a NaN) reads as
+// +-480, outside e4m3's finite +-448. This one: the two e4m3 values in bits 15..8 and 31..24
+// of a (the other bits are ignored).
+__device__ __forceinline__ uint32_t e4m3_hi_bytes_to_bf16x2(uint32_t a) {
+  const uint32_t u = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
   const __nv_bfloat162 k = __halves2bfloat162(__ushort_as_bfloat16((unsigned short)0x7b80),
                                               __ushort_as_bfloat16((unsigned short)0x7b80));   // 2^120
-  __nv_bfloat162 va = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&ua), k);
-  __nv_bfloat162 vb = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&ub), k);
-  lo = *reinterpret_cast<uint32_t*>(&va);
-  hi = *reinterpret_cast<uint32_t*>(&vb);
+  __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&u), k);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+// Four e4m3 values (bytes of x, lowest first) as two bf16x2.
+__device__ __forceinline__ void e4m3x4_to_bf16x4(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  lo = e4m3_hi_bytes_to_bf16x2(__byte_perm(x, 0u, 0x1404));   // bytes 0, 1 -> bits 15..8, 31..24
+  hi = e4m3_hi_bytes_to_bf16x2(__byte_perm(x, 0u, 0x3424));
 }
 
 // fp8 kernels: rows [tok0, tok0 + NTOK) of tile `tile` of this item's KV range into a bf16 ring
