@@ -713,5 +713,23 @@ else:
         "graph's replay time per arm"))
 
 # %%
+est8 = data.sm120_frame(micro, data.FP8_KV) if micro is not None else pd.DataFrame()
+if est8.empty:
+    display(Markdown("**sm_120 ESTIMATE on the fp8 pool:** the microbench file has no fp8 rows (a "
+                     "file from before the fp8 microbenchmarks)."))
+else:
+    display(Markdown(
+        "**sm_120 ESTIMATE on the fp8 pool (a model, not a measurement):** the model of "
+        "[section 11](#sm120) on the fp8 tiers' own H200 microbenchmarks (stream efficiency, "
+        "clocks per tile, merge), with 576 bytes per prefix row."))
+    display(figures.table(
+        est8[["S", "T", "H", "tile", "h200_us", "sm120_estimate_us", "sm120_memory_us",
+              "sm120_math_us", "sm120_floor_us", "bound", "lowest_estimate"]],
+        {"S": "{:,}", "h200_us": "{:,.1f}", "sm120_estimate_us": "{:,.1f}",
+         "sm120_memory_us": "{:,.1f}", "sm120_math_us": "{:,.1f}", "sm120_floor_us": "{:,.1f}"},
+        "fp8 pool: sm_120 ESTIMATE per shape and fp8 tier (a model, not a measurement), next to "
+        "the H200's measured full-kernel time"))
+
+# %%
 provenance.write_record(record_path, "Phase 2: paged bf16 MLA tree-verify attention", docs,
                         measured_since=measured_since, findings=found)

@@ -469,7 +469,13 @@ def l2_flush_frame(df: pd.DataFrame) -> pd.DataFrame:
 MICRO_KEYS = ["S", "T", "H", "tier"]
 
 
-def _micro_rows(doc: dict) -> pd.DataFrame:
+def _pool_rows(df: pd.DataFrame, kv_dtype: str) -> pd.DataFrame:
+    """The rows of one KV pool; a file from before the fp8 rows holds bf16 rows only."""
+    pool = df["kv_dtype"] if "kv_dtype" in df else pd.Series(BF16_KV, index=df.index)
+    return df[pool.fillna(BF16_KV) == kv_dtype].copy()
+
+
+def _micro_rows(doc: dict, kv_dtype: str = BF16_KV) -> pd.DataFrame:
     rows = doc.get("rows") or []
     if not rows:
         raise MeasurementError(f"{doc['_path']}: microbench has no 'rows'")
@@ -477,14 +483,17 @@ def _micro_rows(doc: dict) -> pd.DataFrame:
     missing = [c for c in MICRO_KEYS + ["stage", "time_us", "rows_per_tile"] if c not in df]
     if missing:
         raise MeasurementError(f"{doc['_path']}: microbench rows lack columns {missing}")
-    return df
+    return _pool_rows(df, kv_dtype)
 
 
-def micro_frame(doc: dict) -> pd.DataFrame:
-    """One row per (S, T, H, tier) of a microbench file: the stream stage's GB/s per L2 option
-    and its best fraction of the read ceiling, the mma stage's SM clocks per 16-token tile, the
-    full kernel's time and its merge's share. A stage the file did not run reads NaN."""
-    df = _micro_rows(doc)
+def micro_frame(doc: dict, kv_dtype: str = BF16_KV) -> pd.DataFrame:
+    """One row per (S, T, H, tier) of a microbench file's rows on one KV pool (BF16_KV or
+    FP8_KV): the stream stage's GB/s per L2 option and its best fraction of the read ceiling,
+    the mma stage's SM clocks per 16-token tile, the full kernel's time and its merge's share.
+    A stage the file did not run reads NaN."""
+    df = _micro_rows(doc, kv_dtype)
+    if df.empty:
+        return pd.DataFrame(columns=MICRO_KEYS + ["tile", "fastest"])
     out = df.groupby(MICRO_KEYS, as_index=False).agg(rows_per_tile=("rows_per_tile", "first"),
                                                      tiles_per_cta=("tiles_per_cta", "first"))
 
@@ -559,13 +568,16 @@ SM120_COLUMNS = ("S", "T", "H", "tier", "h200_us", "sm120_estimate_us", "sm120_m
                  "sm120_math_us", "sm120_floor_us", "bound")
 
 
-def sm120_frame(doc: dict) -> pd.DataFrame:
-    """The microbench file's sm_120 estimate rows (a MODEL built from H200 microbenchmarks and
-    assumed sm_120 budgets, not a measurement); empty when the file carries none."""
+def sm120_frame(doc: dict, kv_dtype: str = BF16_KV) -> pd.DataFrame:
+    """The microbench file's sm_120 estimate rows on one KV pool (a MODEL built from H200
+    microbenchmarks and assumed sm_120 budgets, not a measurement); empty when the file
+    carries none."""
     rows = (doc.get("sm120_estimate") or {}).get("rows") or []
     if not rows:
         return pd.DataFrame()
-    df = pd.DataFrame(rows)
+    df = _pool_rows(pd.DataFrame(rows), kv_dtype)
+    if df.empty:
+        return pd.DataFrame()
     missing = [c for c in SM120_COLUMNS if c not in df]
     if missing:
         raise MeasurementError(f"{doc['_path']}: sm120_estimate rows lack columns {missing}")
