@@ -1,27 +1,33 @@
 // Tier small8: the small tier (8, 16 or 32-row tiles, operands swapped) on SGLang's fp8_e4m3
-// pool, with the MMAs' operands taken from the e4m3 bytes in shared memory and widened in
-// registers, so no bf16 copy of a tile is ever written (the widen-in-shared-memory copy of
-// tier_small.cuh put a shared-memory round trip and a barrier between every tile's copy and
-// its MMAs, ~1,200 clocks a tile). A tile is 32 tokens: 18 KB, the bytes of a bf16 16-token
-// tile, so the ring holds as many bytes in flight as the bf16 tier's with half the tiles.
+// pool. The MMAs take their operands from the e4m3 bytes in shared memory, converted in
+// registers to f16 (exact; sm_89+ by cvt.rn.f16x2.e4m3x2, one instruction per two values), and
+// run as f16 MMAs, so no bf16 copy of a tile is ever written (the widen-in-shared-memory copy put
+// a round trip and a barrier between every tile's copy and its MMAs) and the widening costs a
+// fifth of the bit moves a bf16 target needs. A tile is 32 tokens: 18 KB, the bytes of a bf16
+// 16-token tile, so the ring holds as many bytes in flight as the bf16 tier's with half the tiles.
 //   S^T[32 tokens, R] = K Q^T: warp (mt, kq) = (w / 4, w % 4) takes tokens 16 mt .. + 15 and the
 //     9 k-steps 9 kq .. 9 kq + 8. ldmatrix reads e4m3 rows as b16 pairs, so a thread holds dims
-//     4 qd .. 4 qd + 3 of its token where the bf16 A fragment wants 2 qd, 2 qd + 1, 2 qd + 8,
+//     4 qd .. 4 qd + 3 of its token where the A fragment wants 2 qd, 2 qd + 1, 2 qd + 8,
 //     2 qd + 9: Q's B fragments are loaded with the same permutation of each 16 dims (the dot
-//     product does not care about the order of its terms).
+//     product does not care about the order of its terms). Q enters as f16 times 2^-qe, qe
+//     chosen per row tile so that its largest |q| stays below 2^15; 2^qe joins the logits' scale.
 //   O^T[512, R] += V^T P^T: warp w owns dims 64 w .. 64 w + 63. A V^T fragment pairs two tokens
 //     of one dim in a register, which no ldmatrix of bytes gives: each thread loads 4 bytes
 //     (4 dims) of 4 tokens (2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9) and pairs them by byte_perm, so
 //     the fragment's rows are the dims 4 g (+2) and 4 g + 1 (+3): a permutation of O's columns
-//     that the epilogue undoes.
-// The draft rows (positions >= S, bf16 rows of k_extend, L2-resident) are the last tiles, with
-// their fragments loaded from global memory in the same permuted order. The pipeline is the
-// small tier's: 4 stages, two CTA barriers per tile, softmax(j) while tiles stream in, then
-// PV(j) and QK(j + 1); slot ids by cp.async IDX_AHEAD tiles ahead. No L2 evict-first hint
-// (+2-4 % on the bf16 stream): with it, ptxas 13.0 emits an illegal instruction for sm_90 here
-// (the hinted copy with a uniform-register part in its shared address; compute-sanitizer).
-// k_scale folds into the prefix logits' scale and v_scale into the prefix P, as in tier_small.
+//     that the epilogue undoes. P enters as f16 times 2^8.
+// The draft rows (positions >= S, bf16 rows of k_extend, L2-resident) are the last tiles, run by
+// their own copy of the tile step with bf16 MMAs into the same accumulators (fragments loaded from
+// global memory in the same permuted order, q reloaded as bf16). The pipeline is the small tier's:
+// 4 stages, two CTA barriers per tile, softmax(j) while tiles stream in, then PV(j) and QK(j + 1);
+// slot ids by cp.async IDX_AHEAD tiles ahead. No L2 evict-first hint (+2-4 % on the bf16
+// stream): with it, ptxas 13.0 emits an illegal instruction for sm_90 here (the hinted copy with
+// a uniform-register part in its shared address; compute-sanitizer).
+// k_scale folds into the prefix logits' scale; v_scale into the draft P (as 1 / v_scale) and the
+// final normalisation, so the prefix P keeps f16's range.
 #pragma once
+#include <cuda_fp16.h>
+
 #include "verify_common.cuh"
 
 namespace mlav {
@@ -47,7 +53,8 @@ struct Layout {
   static constexpr int OFF_ALPHA = OFF_PS + R * PS_STRIDE * 2;   // [R] rescale of the running O
   static constexpr int OFF_INV = OFF_ALPHA + R * 4;     // [R] 1 / l at the end
   static constexpr int OFF_LSE = OFF_INV + R * 4;       // [R] log2-LSE at the end
-  static constexpr int OFF_IDX = (OFF_LSE + R * 4 + 15) / 16 * 16;   // [IDX_WIN][BT] slot ids, 8 B each
+  static constexpr int OFF_QMAX = OFF_LSE + R * 4;      // [NWARPS] max |q| per warp (the f16 path)
+  static constexpr int OFF_IDX = (OFF_QMAX + NWARPS * 4 + 15) / 16 * 16;   // [IDX_WIN][BT] slot ids, 8 B each
   static constexpr int SMEM = OFF_IDX + IDX_WIN * BT * 8;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
   static constexpr int MIN_BLOCKS = 1;   // sm_120: 100 KB of shared memory per SM hold one CTA
@@ -64,10 +71,30 @@ __device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& a, uint32_t& b)
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(a), "=r"(b) : "r"(addr));
 }
 
-// byte i of x and byte i of y (two tokens, one dim) as one bf16x2 {x, y}, exactly
-template <int I>
-__device__ __forceinline__ uint32_t e4m3_pair(uint32_t x, uint32_t y) {
-  return e4m3_hi_bytes_to_bf16x2(__byte_perm(x, y, 0x4400 + 0x1111 * I));
+template <bool B>
+struct DraftTile { static constexpr bool value = B; };
+
+// The f16 path: e4m3 -> f16 is exact too. sm_89 and newer convert two values in one instruction;
+// sm_80/86 move the bits, which reads each value times 2^-8 (KV16_SHIFT), folded into the scales.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+constexpr int KV16_SHIFT = 8;
+#else
+constexpr int KV16_SHIFT = 0;
+#endif
+// the e4m3 values in bits 7..0 and 15..8 of x as f16x2 {lo, hi}, times 2^-KV16_SHIFT
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"((unsigned short)(x & 0xffffu)));
+  return d;
+#else
+  const uint32_t a = __byte_perm(x, 0u, 0x1404);   // bytes 0, 1 -> bits 15..8, 31..24
+  return (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
+#endif
+}
+__device__ __forceinline__ uint32_t f16x2_of(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
 }
 
 template <int NT>
@@ -90,6 +117,7 @@ __device__ __forceinline__ void small8_body(const Params& p) {
   float* alpha_s = reinterpret_cast<float*>(smem + Lo::OFF_ALPHA);
   float* inv_s = reinterpret_cast<float*>(smem + Lo::OFF_INV);
   float* lse_s = reinterpret_cast<float*>(smem + Lo::OFF_LSE);
+  float* qmax_s = reinterpret_cast<float*>(smem + Lo::OFF_QMAX);
   uint8_t* idx_win = smem + Lo::OFF_IDX;
 
   // tiles: n_main prefix tiles over [p0, pe) from the ring, then n_tail draft tiles over
@@ -122,19 +150,18 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     const uint8_t* e = idx_win + ((tile % IDX_WIN) * BT + ld_tok) * 8;
     return isz == 8 ? *reinterpret_cast<const long long*>(e) : (long long)*reinterpret_cast<const int*>(e);
   };
-  // rows past pe are not copied: their logits are masked, so P = 0 there, and a stale or
-  // never-written byte widens to a finite value (at most 480), so 0 * V stays 0
+  // rows past pe are zero-filled: their logits are masked, so P = 0 there, and V must not be
+  // NaN (0 * NaN), which a stale 0x7f byte is after the hardware convert
   auto load_tile = [&](int tile, long long slot) {
     const int pos = it.p0 + tile * BT + ld_tok;
-    if (tile >= n_main || pos >= pe) return;
-    const uint8_t* src = p.kv8 + slot * p.kv_stride;
+    if (tile >= n_main) return;
+    const bool ok = pos < pe;
+    const uint8_t* src = ok ? p.kv8 + slot * p.kv_stride : p.kv8;
     uint8_t* dst = ring + (tile % STAGES) * STAGE + ld_tok * ROW8;
 #pragma unroll
     for (int i = 0; i < (CHUNKS8 + 7) / 8; ++i) {
       const int ch = ld_lane + 8 * i;
-      if (ch < CHUNKS8) {
-        cp_async16(smem_u32(dst + ch * 16), src + ch * 16, 16);
-      }
+      if (ch < CHUNKS8) cp_async16(smem_u32(dst + ch * 16), src + (ok ? ch * 16 : 0), ok ? 16 : 0);
     }
   };
   constexpr int AH = STAGES - 1;                          // tiles issued before the first is used
@@ -166,6 +193,21 @@ __device__ __forceinline__ void small8_body(const Params& p) {
       qb[kk][nt][0] = v.x;
       qb[kk][nt][1] = v.y;
     }
+  {   // max |q| of the row tile, so that q fits f16's range (applied below)
+    float m = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < 9; ++kk)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 f = unpack_bf16(qb[kk][nt][h]);
+          m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) qmax_s[warp] = m;
+  }
 
   // softmax thread: row sr, tokens st0 .. st0 + TOK - 1
   const int sr = tid / TPR, st0 = (tid % TPR) * TOK;
@@ -181,9 +223,14 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     for (int nt = 0; nt < NT; ++nt) acc[f][nt][0] = acc[f][nt][1] = acc[f][nt][2] = acc[f][nt][3] = 0.f;
 
   const bool math = !(p.mode & MODE_NO_MATH);
-  // partial S^T of tile j over this warp's 9 k-steps and 16 tokens -> xs
-  auto qk = [&](int j) {
-    constexpr int CH = NT <= 2 ? 2 : 1;                  // independent accumulator chains per n-tile
+  int qe = 0;                                             // the f16 path's q exponent shift
+  // partial S^T of tile j over this warp's 9 k-steps and 16 tokens -> xs. The draft tiles
+  // (DraftTile<true>) have their own copy of each step: inside the prefix loop their code
+  // raised its register need past the 128 a 2-CTA SM allows
+  auto qk = [&](int j, auto draft_tag) {
+    constexpr bool DRAFT = decltype(draft_tag)::value;
+    constexpr int CH = NT == 1 ? 2 : 1;                  // independent accumulator chains per n-tile
+                                                          // (two at 16 rows spill on sm_90)
     float s[CH][NT][4];
 #pragma unroll
     for (int c = 0; c < CH; ++c)
@@ -191,9 +238,11 @@ __device__ __forceinline__ void small8_body(const Params& p) {
       for (int nt = 0; nt < NT; ++nt) s[c][nt][0] = s[c][nt][1] = s[c][nt][2] = s[c][nt][3] = 0.f;
     auto step = [&](int kk, const uint32_t (&a)[4]) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mma16816(s[kk % CH][nt], a, qb[kk][nt][0], qb[kk][nt][1]);
+      for (int nt = 0; nt < NT; ++nt) {
+        mma16816_f16(s[kk % CH][nt], a, qb[kk][nt][0], qb[kk][nt][1]);
+      }
     };
-    if (j < n_main) {
+    if constexpr (!DRAFT) {
       const uint8_t* kt = ring + (j % STAGES) * STAGE;
       const int tok = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
@@ -202,12 +251,12 @@ __device__ __forceinline__ void small8_body(const Params& p) {
         uint32_t r[4], a[4];
         if (kk < 8) ldsm_x4(addr, r[0], r[1], r[2], r[3]);
         else ldsm_x2(addr, r[0], r[1]);
-        e4m3x4_to_bf16x4(r[0], a[0], a[2]);
-        e4m3x4_to_bf16x4(r[1], a[1], a[3]);
+        a[0] = e4m3x2_to_f16x2(r[0]); a[2] = e4m3x2_to_f16x2(r[0] >> 16);
+        a[1] = e4m3x2_to_f16x2(r[1]); a[3] = e4m3x2_to_f16x2(r[1] >> 16);
         step(kk, a);
         if (kk < 8) {
-          e4m3x4_to_bf16x4(r[2], a[0], a[2]);
-          e4m3x4_to_bf16x4(r[3], a[1], a[3]);
+          a[0] = e4m3x2_to_f16x2(r[2]); a[2] = e4m3x2_to_f16x2(r[2] >> 16);
+          a[1] = e4m3x2_to_f16x2(r[3]); a[3] = e4m3x2_to_f16x2(r[3] >> 16);
           step(kk + 1, a);
         }
       }
@@ -216,13 +265,21 @@ __device__ __forceinline__ void small8_body(const Params& p) {
       const bool ok0 = pos0 < it.p1, ok1 = pos0 + 8 < it.p1;
       const __nv_bfloat16* k0 = ok0 ? ext_row(pos0) : p.kext;
       const __nv_bfloat16* k1 = ok1 ? ext_row(pos0 + 8) : p.kext;
-#pragma unroll
+      // bf16 MMAs on q as given (qb holds it as f16), one k-step at a time: a rare tile, so the
+      // fewest live registers
+#pragma unroll 1
       for (int kk = 0; kk < 9; ++kk) {
         const int d = (9 * kq + kk) * 16 + 4 * qd;
         const uint2 x = ok0 ? __ldg(reinterpret_cast<const uint2*>(k0 + d)) : make_uint2(0u, 0u);
         const uint2 y = ok1 ? __ldg(reinterpret_cast<const uint2*>(k1 + d)) : make_uint2(0u, 0u);
         const uint32_t a[4] = {x.x, y.x, x.y, y.y};
-        step(kk, a);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int r = nt * 8 + g;
+          const uint2 v = row_base + r < rows
+              ? __ldg(reinterpret_cast<const uint2*>(p.q + (grow0 + r) * D + d)) : make_uint2(0u, 0u);
+          mma16816(s[0][nt], a, v.x, v.y);
+        }
       }
     }
 #pragma unroll
@@ -237,9 +294,27 @@ __device__ __forceinline__ void small8_body(const Params& p) {
 
   cp_async_wait<AH - 1>();
   __syncthreads();
-  if (math && n_tiles > 0) qk(0);
+  {   // q * 2^-qe as f16 (max below 2^15); 2^qe goes into the prefix logits' scale
+    float m = 0.f;
+#pragma unroll
+    for (int w = 0; w < NWARPS; ++w) m = fmaxf(m, qmax_s[w]);
+    qe = m >= 16384.f ? ilogbf(m) - 13 : 0;
+    const float s = ldexpf(1.f, -qe);
+#pragma unroll
+    for (int kk = 0; kk < 9; ++kk)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 f = unpack_bf16(qb[kk][nt][h]);
+          qb[kk][nt][h] = f16x2_of(f.x * s, f.y * s);
+        }
+  }
+  const float pref_scale = p.kscale_log2 * ldexpf(1.f, qe + KV16_SHIFT);
 
-  for (int j = 0; j < n_tiles; ++j) {
+  // one tile: softmax(j), PV(j), then QK(j + 1) when tile j + 1 is of the same kind
+  auto tile_step = [&](int j, auto draft_tag) {
+    constexpr bool DRAFT = decltype(draft_tag)::value;
     __syncthreads();                                      // barrier 1: xs(j) complete, PV(j-1) done
     if (loads) {
       const int jn = j + AH;                              // into the stage PV(j-1) released
@@ -247,12 +322,12 @@ __device__ __forceinline__ void small8_body(const Params& p) {
       copy_index(jn + IDX_AHEAD);
     }
     cp_async_commit();
-    const bool pref = j < n_main;
+    constexpr bool pref = !DRAFT;
     const int tpos = tile_pos(j), tend = pref ? pe : it.p1;
     if (math) {
       // ---- softmax of tile j: sum the four partials, mask, online max/sum, P^T -> ps
       const bool edge = !pref || tpos + BT > tend;
-      const float scale = pref ? p.kscale_log2 : p.scale_log2;   // fp8: k_scale on prefix logits
+      const float scale = pref ? pref_scale : p.scale_log2;   // fp8: k_scale on prefix logits
       float sv[TOK];
 #pragma unroll
       for (int i = 0; i < TOK; ++i) {
@@ -284,13 +359,17 @@ __device__ __forceinline__ void small8_body(const Params& p) {
       const float shift = m_new == -INFINITY ? 0.f : m_new;   // only masked keys so far: no inf - inf
       const float alpha = exp2f(m_run - shift);
       m_run = m_new;
-      const float pscale = pref ? p.v_scale : 1.f;        // fp8: v_scale on the prefix P (l sums the unscaled P)
+      // prefix P * 2^8 as f16 (from 2^-22 up it keeps 11 bits), draft P * 2^(8 - KV16_SHIFT) /
+      // v_scale as bf16 (l sums the unscaled P); the epilogue multiplies O by
+      // v_scale * 2^(KV16_SHIFT - 8)
+      const float pscale = pref ? 256.f : ldexpf(1.f, 8 - KV16_SHIFT) / p.v_scale;
       float rs = 0.f;
 #pragma unroll
       for (int i = 0; i < TOK; ++i) {
         const float pv = exp2f(sv[i] - shift);
         rs += pv;
-        ps[sr * PS_STRIDE + st0 + i] = __float2bfloat16_rn(pv * pscale);
+        if constexpr (pref) reinterpret_cast<__half*>(ps)[sr * PS_STRIDE + st0 + i] = __float2half_rn(pv * pscale);
+        else ps[sr * PS_STRIDE + st0 + i] = __float2bfloat16_rn(pv * pscale);
       }
       l_run = l_run * alpha + rs;
       if (tid % TPR == 0) alpha_s[sr] = alpha;
@@ -330,16 +409,19 @@ __device__ __forceinline__ void small8_body(const Params& p) {
         for (int grp = 0; grp < 2; ++grp) {
           const int dim = warp * 64 + grp * 32 + 4 * g;
           uint32_t fa[4], fb[4];
-          if (pref) {
+          if constexpr (pref) {
             const uint8_t* b = vt + (16 * kk + 2 * qd) * ROW8 + dim;
             const uint32_t x0 = *reinterpret_cast<const uint32_t*>(b);
             const uint32_t x1 = *reinterpret_cast<const uint32_t*>(b + ROW8);
             const uint32_t x2 = *reinterpret_cast<const uint32_t*>(b + 8 * ROW8);
             const uint32_t x3 = *reinterpret_cast<const uint32_t*>(b + 9 * ROW8);
-            fa[0] = e4m3_pair<0>(x0, x1); fa[1] = e4m3_pair<1>(x0, x1);
-            fa[2] = e4m3_pair<0>(x2, x3); fa[3] = e4m3_pair<1>(x2, x3);
-            fb[0] = e4m3_pair<2>(x0, x1); fb[1] = e4m3_pair<3>(x0, x1);
-            fb[2] = e4m3_pair<2>(x2, x3); fb[3] = e4m3_pair<3>(x2, x3);
+            // {x.b0, y.b0, x.b1, y.b1}: dim 4 g, then 4 g + 1, each for two tokens
+            const uint32_t w0 = __byte_perm(x0, x1, 0x5140), w1 = __byte_perm(x2, x3, 0x5140);
+            const uint32_t w2 = __byte_perm(x0, x1, 0x7362), w3 = __byte_perm(x2, x3, 0x7362);
+            fa[0] = e4m3x2_to_f16x2(w0); fa[1] = e4m3x2_to_f16x2(w0 >> 16);
+            fa[2] = e4m3x2_to_f16x2(w1); fa[3] = e4m3x2_to_f16x2(w1 >> 16);
+            fb[0] = e4m3x2_to_f16x2(w2); fb[1] = e4m3x2_to_f16x2(w2 >> 16);
+            fb[2] = e4m3x2_to_f16x2(w3); fb[3] = e4m3x2_to_f16x2(w3 >> 16);
           } else {   // draft rows: 4 bf16 of 4 tokens from k_extend, paired by token
             const int pos = tpos + 16 * kk + 2 * qd;
             uint2 x[4];
@@ -355,14 +437,23 @@ __device__ __forceinline__ void small8_body(const Params& p) {
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            mma16816(acc[2 * grp][nt], fa, pb[nt][0], pb[nt][1]);
-            mma16816(acc[2 * grp + 1][nt], fb, pb[nt][0], pb[nt][1]);
+            if constexpr (pref) {
+              mma16816_f16(acc[2 * grp][nt], fa, pb[nt][0], pb[nt][1]);
+              mma16816_f16(acc[2 * grp + 1][nt], fb, pb[nt][0], pb[nt][1]);
+            } else {
+              mma16816(acc[2 * grp][nt], fa, pb[nt][0], pb[nt][1]);
+              mma16816(acc[2 * grp + 1][nt], fb, pb[nt][0], pb[nt][1]);
+            }
           }
         }
       }
-      if (j + 1 < n_tiles) qk(j + 1);
+      if (j + 1 < (DRAFT ? n_tiles : n_main)) qk(j + 1, draft_tag);
     }
-  }
+  };
+  if (math && n_main > 0) qk(0, DraftTile<false>());
+  for (int j = 0; j < n_main; ++j) tile_step(j, DraftTile<false>());
+  if (math && n_tiles > n_main) qk(n_main, DraftTile<true>());   // xs is free: softmax(n_main - 1) is done
+  for (int j = n_main; j < n_tiles; ++j) tile_step(j, DraftTile<true>());
   cp_async_wait<0>();
 
   // ---- epilogue: finish each row's sum across its TPR threads, then normalise
@@ -371,7 +462,7 @@ __device__ __forceinline__ void small8_body(const Params& p) {
 #pragma unroll
     for (int o = TPR / 2; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
     if (tid % TPR == 0) {
-      inv_s[sr] = l > 0.f ? 1.f / l : 0.f;
+      inv_s[sr] = l > 0.f ? p.v_scale * ldexpf(1.f, KV16_SHIFT - 8) / l : 0.f;
       lse_s[sr] = l > 0.f ? m_run + log2f(l) : -INFINITY;
     }
   }
