@@ -24,8 +24,9 @@ DEFAULT_MAX_BS = 4096
 # the MMA's M dimension), 1/2/4 = small (operands swapped, 8 * id rows), 6/8 = rows32d/rows64d
 # (design D of the kernel memo: 32-row pipelines, one or two per CTA).
 TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64}
-# The tiers that read SGLang's fp8_e4m3 pool (e4m3 rows widened to bf16 in shared memory);
-# rows64 (0), kept only to be forced in benchmarks, reads bf16 only.
+# The tiers that read SGLang's fp8_e4m3 pool (1, 2, 4: tier_small8.cuh, f16 MMAs on e4m3 operands
+# widened in registers; 6, 8: e4m3 rows widened to bf16 in shared memory); rows64 (0), kept only
+# to be forced in benchmarks, reads bf16 only.
 FP8_TIERS = (1, 2, 4, 6, 8)
 # The tier for requests of more than 32 rows, and when the rows per request are not known
 # statically: rows64d (8), measured faster there than rows64 (0) and the 32-row tiers on the
@@ -42,19 +43,24 @@ LARGE_TIER = _large_tier(os.environ.get("MLA_VERIFY_LARGE_TIER", "8") or "8")
 # Up to 8 and 16 rows: the small tier (8- and 16-row tiles); up to 32: rows32d (two 4-warp CTAs
 # per SM), 1.5x faster than the small tier's 32-row tiles at T = 4 on the H200.
 ROW_TIERS = ((8, 1), (16, 2), (32, 6))
+# On an fp8_e4m3 pool the small tier's copy is the fastest up to 64 rows on the H200 (32 rows:
+# 94.7 against rows32d's 114.2 us; 64 rows, as two 32-row tiles: 168.2 against rows64d's 193.4;
+# micro-h200-20261201T1541.json); more rows are unmeasured there and stay on LARGE_TIER.
+FP8_ROW_TIERS = ((8, 1), (16, 2), (64, 4))
 
 
-def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None) -> int:
-    """The tier for requests of at most `max_draft_len` draft tokens x `H` heads, from static
-    shapes only (no device reads, so CUDA-graph capture keeps working). With bs == 1 the one
-    request has all `num_tokens` draft tokens."""
+def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None, kv_fp8: bool = False) -> int:
+    """The tier for requests of at most `max_draft_len` draft tokens x `H` heads on a bf16 pool,
+    or (kv_fp8) on SGLang's fp8_e4m3 pool, from static shapes only (no device reads, so
+    CUDA-graph capture keeps working). With bs == 1 the one request has all `num_tokens` draft
+    tokens."""
     if max_draft_len is not None and (not isinstance(max_draft_len, int) or max_draft_len < 0):
         raise VerifyInputError(f"max_draft_len: expected a non-negative int, got {max_draft_len!r}")
     T = max_draft_len if max_draft_len is not None else (num_tokens if bs == 1 else None)
     if T is None:
         return LARGE_TIER
     rows = T * H
-    for most, tier in ROW_TIERS:
+    for most, tier in FP8_ROW_TIERS if kv_fp8 else ROW_TIERS:
         if rows <= most:
             return tier
     return LARGE_TIER
@@ -184,7 +190,7 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
     k_scale, v_scale = kernel_scales(fp8, k_scale, v_scale)
     N = q.shape[0]
     if tier is None:
-        tier = pick_tier(H, N, bs, max_draft_len)
+        tier = pick_tier(H, N, bs, max_draft_len, kv_fp8=fp8)
         if fp8 and tier not in FP8_TIERS:   # MLA_VERIFY_LARGE_TIER=0 (rows64): its fp8 stand-in
             tier = 8
     elif tier not in TIERS:

@@ -50,7 +50,8 @@ def test_the_fp8_tiers_and_every_default_pick_are_tiers_the_kernel_has():
         c = random_case(validate.FP8_SEED0 + i, max_prefix=8, max_draft=64 if i % 10 == 0 else 24,
                         max_batch=8, max_heads=128 if i % 10 == 0 else 16, kv_dtype="fp8_e4m3")
         d = validate.default_tier(c)
-        assert d == pick_tier(c.q.shape[1], c.q.shape[0], len(c.meta["draft_lens"]), max(c.meta["draft_lens"]))
+        assert d == pick_tier(c.q.shape[1], c.q.shape[0], len(c.meta["draft_lens"]), max(c.meta["draft_lens"]),
+                              kv_fp8=True)
         assert d in FP8_TIERS
 
 
@@ -89,6 +90,6 @@ def test_summarise_counts_checks_per_fp8_tier_and_puts_a_failure_worst():
 
 def test_default_tier_of_an_fp8_case_is_the_one_the_kernel_runs(monkeypatch):
     c = random_case(5, max_prefix=50, kv_dtype="fp8_e4m3")
-    monkeypatch.setattr(validate, "pick_tier", lambda *a: 0)   # MLA_VERIFY_LARGE_TIER=0 picks rows64
+    monkeypatch.setattr(validate, "pick_tier", lambda *a, **k: 0)   # MLA_VERIFY_LARGE_TIER=0 picks rows64
     assert validate.default_tier(c) == 8                       # which ops.verify_attention swaps for rows64d
     assert validate.default_tier(random_case(5, max_prefix=50)) == 0

@@ -63,6 +63,10 @@ def test_tier_from_static_shapes():
     assert pick_tier(8, 32, 8) == LARGE_TIER              # bs > 1, no hint: unknown rows per request
     assert pick_tier(8, 32, 8, max_draft_len=4) == 6      # SGLang's static draft length
     assert pick_tier(8, 32, 8, max_draft_len=5) == LARGE_TIER == 8   # 40 rows: rows64d
+    # an fp8 pool: the small tier's copy up to 64 rows (measured faster there), then LARGE_TIER
+    assert [pick_tier(8, t, 1, kv_fp8=True) for t in (1, 2, 4, 8)] == [1, 2, 4, 4]
+    assert pick_tier(8, 9, 1, kv_fp8=True) == LARGE_TIER
+    assert pick_tier(8, 32, 8, kv_fp8=True) == LARGE_TIER          # unknown rows per request
     assert set(TIERS) == {0, 1, 2, 4, 6, 8} and TIERS[0] == TIERS[8] == 64 and TIERS[6] == 32
 
 

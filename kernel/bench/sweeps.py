@@ -125,7 +125,7 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
         roof_us = roofline_us(nbytes, flops, ceil_gbps, ceil_tflops)
         outs = [torch.empty(N, H, 512, dtype=torch.bfloat16, device="cuda") for _ in copies]
         lses = [torch.empty(N, H, dtype=torch.float32, device="cuda") for _ in copies]
-        auto = pick_tier(H, N, len(pre), T)
+        auto = pick_tier(H, N, len(pre), T, kv_fp8=fp8)
         impls = {"flash": [lambda c=c, o=o, l=l: verify_attention(*c.args(), **c.kwargs(), out=o, lse_out=l,
                                                                   max_draft_len=T)
                            for c, o, l in zip(copies, outs, lses)]}

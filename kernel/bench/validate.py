@@ -58,7 +58,7 @@ def fp8_plan(i: int, default_tier: int, tiers=FP8_TIERS) -> dict:
 def default_tier(case) -> int:
     """The tier verify_attention picks for the case (max_draft_len given, as SGLang gives it)."""
     T = case.meta["draft_lens"]
-    tier = pick_tier(case.q.shape[1], case.q.shape[0], len(T), max(T))
+    tier = pick_tier(case.q.shape[1], case.q.shape[0], len(T), max(T), kv_fp8=bool(case.kwargs()))
     if case.kwargs() and tier not in FP8_TIERS:   # verify_attention's fp8 stand-in for rows64
         return 8                                  # (MLA_VERIFY_LARGE_TIER=0)
     return tier
@@ -328,7 +328,7 @@ def _graph_check_one(tol: float, H: int, max_draft_len, tier, kv_dtype: str = "a
         ro, _ = verify_attention_reference(q, pool, kv_indptr, kv_indices, kext, mask, mask_indptr, qo_indptr,
                                            192 ** -0.5, **scales)
         e = rel_err(replay_o, ro)
-        rows.append({"seed": seed, "heads": H, "tier": pick_tier(H, bs * T, bs, max_draft_len) if tier is None
+        rows.append({"seed": seed, "heads": H, "tier": pick_tier(H, bs * T, bs, max_draft_len, kv_fp8=fp8) if tier is None
                      else tier, "prefix_lens": c.meta["prefix_lens"], "tree": c.meta["tree"],
                      "page_size": c.meta["page_size"], "max_abs_diff_vs_eager": diff, "rel_err": e,
                      "nan": bool(torch.isnan(replay_o).any() or torch.isnan(replay_lse).any()),
