@@ -607,7 +607,8 @@ if not res.empty:
 # With `--kv-cache-dtype fp8_e4m3` SGLang stores each latent row as 576 e4m3 bytes, half the
 # bf16 row, with one k_scale and one v_scale per layer: K = e4m3 value x k_scale, V = its first
 # 512 columns x v_scale, the draft rows in bf16 unscaled (`kernel/FP8.md`). Our kernel widens
-# the e4m3 rows to bf16 in shared memory and keeps q and the probabilities in bf16 / fp32, so it
+# every e4m3 value exactly (the small tier's fp8 copy to f16 in registers, with q and the
+# probabilities in f16 and the sums in fp32; the design D copies to bf16 in shared memory), so it
 # is held to the same tolerance as on bf16, against the float64 oracle on the dequantized pool.
 # SGLang's own fp8 kernel rounds q and the probabilities to e4m3: its error is shown beside ours,
 # not held to that tolerance. The roofline of an fp8 row counts 576 bytes per prefix token.
