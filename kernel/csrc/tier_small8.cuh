@@ -36,10 +36,11 @@ namespace small8 {
 constexpr int BT = 32;                  // KV tokens per tile
 constexpr int ROW8 = D + 16;            // 592 B a row: 37 16-byte groups, so 8 rows hit 8 bank groups
 constexpr int STAGE = BT * ROW8;        // 18,944 B
-constexpr int STAGES = 4;              // a power of 2 (the producer's row arithmetic)
+constexpr int STAGES = 4;               // 2 in flight while PV(j) and QK(j + 1) read the other 2
 constexpr int IDX_AHEAD = 4;            // tiles between a slot-id copy and its use
 constexpr int IDX_WIN = 8;              // tiles in the slot-id window (> IDX_AHEAD)
-constexpr int PS_STRIDE = BT + 8;       // bf16 per P^T row: 80 B, so the B-fragment reads miss no bank
+constexpr int PS_STRIDE = BT + 8;       // 16-bit values per P^T row (f16 prefix, bf16 draft tiles):
+                                        // 80 B, so the B-fragment reads miss no bank
 
 template <int NT>
 struct Layout {
@@ -53,7 +54,7 @@ struct Layout {
   static constexpr int OFF_ALPHA = OFF_PS + R * PS_STRIDE * 2;   // [R] rescale of the running O
   static constexpr int OFF_INV = OFF_ALPHA + R * 4;     // [R] 1 / l at the end
   static constexpr int OFF_LSE = OFF_INV + R * 4;       // [R] log2-LSE at the end
-  static constexpr int OFF_QMAX = OFF_LSE + R * 4;      // [NWARPS] max |q| per warp (the f16 path)
+  static constexpr int OFF_QMAX = OFF_LSE + R * 4;      // [NWARPS] max |q| per warp (q's f16 scale)
   static constexpr int OFF_IDX = (OFF_QMAX + NWARPS * 4 + 15) / 16 * 16;   // [IDX_WIN][BT] slot ids, 8 B each
   static constexpr int SMEM = OFF_IDX + IDX_WIN * BT * 8;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
@@ -74,7 +75,7 @@ __device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& a, uint32_t& b)
 template <bool B>
 struct DraftTile { static constexpr bool value = B; };
 
-// The f16 path: e4m3 -> f16 is exact too. sm_89 and newer convert two values in one instruction;
+// e4m3 -> f16 is exact. sm_89 and newer convert two values in one instruction;
 // sm_80/86 move the bits, which reads each value times 2^-8 (KV16_SHIFT), folded into the scales.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
 constexpr int KV16_SHIFT = 8;
@@ -223,7 +224,7 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     for (int nt = 0; nt < NT; ++nt) acc[f][nt][0] = acc[f][nt][1] = acc[f][nt][2] = acc[f][nt][3] = 0.f;
 
   const bool math = !(p.mode & MODE_NO_MATH);
-  int qe = 0;                                             // the f16 path's q exponent shift
+  int qe = 0;                                             // q enters the f16 MMAs times 2^-qe
   // partial S^T of tile j over this warp's 9 k-steps and 16 tokens -> xs. The draft tiles
   // (DraftTile<true>) have their own copy of each step: inside the prefix loop their code
   // raised its register need past the 128 a 2-CTA SM allows
