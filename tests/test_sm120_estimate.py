@@ -47,3 +47,14 @@ def test_an_fp8_pool_is_estimated_apart_at_its_own_bytes():
     assert rows["fp8_e4m3"]["sm120_floor_us"] == pytest.approx(kv8 / (SM120["dram_GBps"] * 1e3))
     assert rows["fp8_e4m3"]["sm120_memory_us"] == pytest.approx(kv8 / (SM120["dram_GBps"] * 1e3 * 0.5))
     assert rows["bfloat16"]["stream_efficiency"] == 0.9
+
+
+def test_micro_measures_the_default_tier_at_every_shape_on_both_pools():
+    """The estimate can only say which tier a canary should try if the microbenchmarks time the
+    tier the default picks at each of their shapes (bf16 and fp8 pools), and only fp8 tiers on fp8."""
+    from kernel.bench.micro import FP8_SHAPES, SHAPES
+    from kernel.ops import FP8_TIERS, pick_tier
+    for shapes, fp8 in ((SHAPES, False), (FP8_SHAPES, True)):
+        for S, T, H, tiers in shapes:
+            assert pick_tier(H, T, 1, kv_fp8=fp8) in tiers, (S, T, H, fp8)
+            assert not fp8 or set(tiers) <= set(FP8_TIERS), (S, T, H)
