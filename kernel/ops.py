@@ -45,7 +45,8 @@ LARGE_TIER = _large_tier(os.environ.get("MLA_VERIFY_LARGE_TIER", "8") or "8")
 ROW_TIERS = ((8, 1), (16, 2), (32, 6))
 # On an fp8_e4m3 pool the small tier's copy is the fastest up to 64 rows on the H200 (32 rows:
 # 94.7 against rows32d's 114.2 us; 64 rows, as two 32-row tiles: 168.2 against rows64d's 193.4;
-# micro-h200-20261201T1541.json); more rows are unmeasured there and stay on LARGE_TIER.
+# micro-h200-20261201T1541.json). More rows stay on LARGE_TIER for now, although a later rung has
+# small8 ahead there too (reports/data/rungs/fp8-small8-many-rows-h200-20261201T1605.json).
 FP8_ROW_TIERS = ((8, 1), (16, 2), (64, 4))
 
 
