@@ -440,21 +440,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
   }
   __syncthreads();
-  const bool final_out = it.ns == 1;
-  for (int i = tid; i < BM * (DV / 8); i += THREADS) {
-    const int rr = i / (DV / 8), ch = i % (DV / 8);
-    if (row_base + rr >= rows) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(osm + rr * OSTRIDE + ch * 8);
-    __nv_bfloat16* dst = final_out ? p.o + (grow0 + rr) * DV : p.part_o + ((long long)it.part_slot * BM + rr) * DV;
-    *reinterpret_cast<uint4*>(dst + ch * 8) = v;
-  }
-  if (tid < BM && row_base + tid < rows) {
-    if (final_out) {
-      if (p.lse) p.lse[grow0 + tid] = lse_s[tid] * LN2;
-    } else {
-      p.part_lse[(long long)it.part_slot * BM + tid] = lse_s[tid];
-    }
-  }
+  store_tile<BM, OSTRIDE, THREADS>(p, it, osm, lse_s, rows, row_base, grow0, tid);
 }
 
 template <int HALVES, int DIAG>

@@ -321,21 +321,7 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
     }
   }
   __syncthreads();
-  const bool final_out = it.ns == 1;
-  for (int i = tid; i < R * (DV / 8); i += NTHREADS) {
-    const int r = i / (DV / 8), ch = i % (DV / 8);
-    if (row_base + r >= rows) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(osm + r * DV + ch * 8);
-    __nv_bfloat16* dst = final_out ? p.o + (grow0 + r) * DV : p.part_o + ((long long)it.part_slot * R + r) * DV;
-    *reinterpret_cast<uint4*>(dst + ch * 8) = v;
-  }
-  if (tid < R && row_base + tid < rows) {
-    if (final_out) {
-      if (p.lse) p.lse[grow0 + tid] = lse_s[tid] * LN2;
-    } else {
-      p.part_lse[(long long)it.part_slot * R + tid] = lse_s[tid];
-    }
-  }
+  store_tile<R, DV, NTHREADS>(p, it, osm, lse_s, rows, row_base, grow0, tid);
 }
 
 }  // namespace small

@@ -321,6 +321,30 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   return it.part_slot < p.part_cap;
 }
 
+// A row tile's result, staged in shared memory (osm: normalised O, [RT][OSTRIDE] bf16; lse_s:
+// [RT] log2-LSE), stored by THREADS threads with 16-byte stores: to o and lse (natural log) when
+// the request has one split, else to this item's partial slot for the merge. Rows past the
+// request are not stored.
+template <int RT, int OSTRIDE, int THREADS>
+__device__ __forceinline__ void store_tile(const Params& p, const Item& it, const __nv_bfloat16* osm,
+                                           const float* lse_s, int rows, int row_base, long long grow0, int tid) {
+  const bool final_out = it.ns == 1;
+  for (int i = tid; i < RT * (DV / 8); i += THREADS) {
+    const int r = i / (DV / 8), ch = i % (DV / 8);
+    if (row_base + r >= rows) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(osm + r * OSTRIDE + ch * 8);
+    __nv_bfloat16* dst = final_out ? p.o + (grow0 + r) * DV : p.part_o + ((long long)it.part_slot * RT + r) * DV;
+    *reinterpret_cast<uint4*>(dst + ch * 8) = v;
+  }
+  if (tid < RT && row_base + tid < rows) {
+    if (final_out) {
+      if (p.lse) p.lse[grow0 + tid] = lse_s[tid] * LN2;
+    } else {
+      p.part_lse[(long long)it.part_slot * RT + tid] = lse_s[tid];
+    }
+  }
+}
+
 // Upper bound on the items of a launch: at most target + sum_b nrt_b, and sum_b nrt_b <=
 // ceil(N * H / BMR) + bs.
 __host__ __device__ inline int grid_for(int bmr, int target_ctas, int num_tokens, int H, int bs) {
