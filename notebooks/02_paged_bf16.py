@@ -79,6 +79,16 @@ def backend_table(cases: pd.DataFrame, caption: str):
          "flash_replay_ms": "{:,.2f}", "control_replay_ms": "{:,.2f}", "replay_speedup": "{:,.1f}x"},
         caption, text=("covers",))
 
+
+def estimate_table(est: pd.DataFrame, caption: str):
+    """The sm_120 model's rows per shape and tier (sections 11 and 12: bf16 and fp8 pools)."""
+    return figures.table(
+        est[["S", "T", "H", "tile", "h200_us", "sm120_estimate_us", "sm120_memory_us",
+             "sm120_math_us", "sm120_floor_us", "bound", "lowest_estimate"]],
+        {"S": "{:,}", "h200_us": "{:,.1f}", "sm120_estimate_us": "{:,.1f}",
+         "sm120_memory_us": "{:,.1f}", "sm120_math_us": "{:,.1f}", "sm120_floor_us": "{:,.1f}"},
+        caption)
+
 # %% [markdown]
 # <a id="correctness"></a>
 # ## 1. Correctness
@@ -576,13 +586,8 @@ else:
                             for r in differ.itertuples())
                 + ". That is a question for a canary on sm_120, not an answer.")
     display(Markdown(" ".join(lines)))
-    display(figures.table(
-        est[["S", "T", "H", "tile", "h200_us", "sm120_estimate_us", "sm120_memory_us",
-             "sm120_math_us", "sm120_floor_us", "bound", "lowest_estimate"]],
-        {"S": "{:,}", "h200_us": "{:,.1f}", "sm120_estimate_us": "{:,.1f}",
-         "sm120_memory_us": "{:,.1f}", "sm120_math_us": "{:,.1f}", "sm120_floor_us": "{:,.1f}"},
-        "sm_120 ESTIMATE per shape and tier (a model, not a measurement), next to the H200's "
-        "measured full-kernel time"))
+    display(estimate_table(est, "sm_120 ESTIMATE per shape and tier (a model, not a measurement), next "
+                                "to the H200's measured full-kernel time"))
 
 # %%
 res = data.resources_frame(bench, provenance.PRODUCTION_ARCH)
@@ -723,13 +728,8 @@ else:
         "**sm_120 ESTIMATE on the fp8 pool (a model, not a measurement):** the model of "
         "[section 11](#sm120) on the fp8 tiers' own H200 microbenchmarks (stream efficiency, "
         "clocks per tile, merge), with 576 bytes per prefix row."))
-    display(figures.table(
-        est8[["S", "T", "H", "tile", "h200_us", "sm120_estimate_us", "sm120_memory_us",
-              "sm120_math_us", "sm120_floor_us", "bound", "lowest_estimate"]],
-        {"S": "{:,}", "h200_us": "{:,.1f}", "sm120_estimate_us": "{:,.1f}",
-         "sm120_memory_us": "{:,.1f}", "sm120_math_us": "{:,.1f}", "sm120_floor_us": "{:,.1f}"},
-        "fp8 pool: sm_120 ESTIMATE per shape and fp8 tier (a model, not a measurement), next to "
-        "the H200's measured full-kernel time"))
+    display(estimate_table(est8, "fp8 pool: sm_120 ESTIMATE per shape and fp8 tier (a model, not a "
+                                 "measurement), next to the H200's measured full-kernel time"))
 
 # %%
 provenance.write_record(record_path, "Phase 2: paged bf16 MLA tree-verify attention", docs,

@@ -17,11 +17,10 @@ import subprocess
 
 import torch
 
-from ..checks import FP8_ROW_BYTES, ROW_BYTES
 from ..inputs import make_case
 from ..ops import TIERS, get_workspace, launch
 from .sm120_estimate import SM120, estimate
-from .sweeps import FP8_KV, KV_DTYPE_NAMES
+from .sweeps import FP8_KV, KV_DTYPE_NAMES, traffic
 from .timing import log, time_calls
 
 BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
@@ -100,7 +99,7 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
                          kv_dtype=kv)
         o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
-        kv_bytes = S * (FP8_ROW_BYTES if kv == FP8_KV else ROW_BYTES) + T * ROW_BYTES
+        kv_bytes = traffic([S], T, H, kv)["kv_bytes"]
         pool = KV_DTYPE_NAMES[kv]
 
         def timed(tier, mode):
