@@ -69,14 +69,22 @@ def gencode(archs) -> list[str]:
     return out
 
 
-def source_hash(archs=ARCHS) -> str:
+def _flags(defines=()) -> tuple[str, ...]:
+    """nvcc's flags; `defines` (e.g. ("MLAV_TRACE",)) build a diagnostic variant."""
+    bad = [d for d in defines if not re.fullmatch(r"[A-Z][A-Z0-9_]*(=[0-9]+)?", d)]
+    if bad:
+        raise ValueError(f"defines: expected macro names like 'MLAV_TRACE', got {bad!r}")
+    return FLAGS + tuple(f"-D{d}" for d in defines)
+
+
+def source_hash(archs=ARCHS, defines=()) -> str:
     """Hash of every CUDA source, the flags and the target archs (not the toolkit: a
     prebuilt library must be found on a host without nvcc). 16 hex digits."""
     h = hashlib.sha256()
     for path in sorted(CSRC.glob("*.cu")) + sorted(CSRC.glob("*.cuh")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
-    h.update(" ".join(FLAGS + tuple(gencode(_archs(archs)))).encode())
+    h.update(" ".join(_flags(defines) + tuple(gencode(_archs(archs)))).encode())
     return h.hexdigest()[:16]
 
 
@@ -87,10 +95,10 @@ def _archs(archs) -> tuple[str, ...]:
     return out
 
 
-def lib_dir(archs=ARCHS, root: Path | None = None) -> Path:
+def lib_dir(archs=ARCHS, root: Path | None = None, defines=()) -> Path:
     """The folder a build for `archs` has (or would have) under `root` (default cache_root())."""
     archs = _archs(archs)
-    return Path(root or cache_root()) / f"{source_hash(archs)}-sm{'_'.join(archs)}"
+    return Path(root or cache_root()) / f"{source_hash(archs, defines)}-sm{'_'.join(archs)}"
 
 
 def _complete(d: Path) -> bool:
@@ -149,11 +157,12 @@ def parse_ptxas(log: str) -> list[dict]:
     return rows
 
 
-def build(archs=ARCHS, *, verbose: bool = False, root: Path | None = None) -> Path:
+def build(archs=ARCHS, *, verbose: bool = False, root: Path | None = None, defines=()) -> Path:
     """The folder holding the library for `archs`: a prebuilt one found by source hash
-    (no nvcc needed), else compiled now into `root` (default cache_root())."""
+    (no nvcc needed), else compiled now into `root` (default cache_root()). `defines`: macros
+    of a diagnostic variant (its own hash, so never the production library)."""
     archs = _archs(archs)
-    out = lib_dir(archs, root)
+    out = lib_dir(archs, root, defines)
     if _complete(out):
         return out
     nvcc = find_nvcc()
@@ -163,7 +172,7 @@ def build(archs=ARCHS, *, verbose: bool = False, root: Path | None = None) -> Pa
     except OSError as e:
         raise BuildError(f"cannot write the kernel cache {out.parent} ({e.strerror}): set {CACHE_ENV} "
                          "to a writable folder, or prebuild with `python -m kernel.build --cache-dir DIR`") from None
-    cmd = [nvcc, *FLAGS, *gencode(archs), *(str(CSRC / s) for s in SOURCES), "-o", str(tmp / LIB)]
+    cmd = [nvcc, *_flags(defines), *gencode(archs), *(str(CSRC / s) for s in SOURCES), "-o", str(tmp / LIB)]
     if verbose:
         print(" ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -173,7 +182,8 @@ def build(archs=ARCHS, *, verbose: bool = False, root: Path | None = None) -> Pa
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     (tmp / "ptxas.log").write_text(proc.stderr)
     (tmp / "build-info.json").write_text(json.dumps({"nvcc": nvcc, "nvcc_version": version[-1] if version else "",
-                                                     "archs": list(archs), "sources": list(SOURCES)}, indent=1))
+                                                     "archs": list(archs), "sources": list(SOURCES),
+                                                     "defines": list(defines)}, indent=1))
     (tmp / "resources.json").write_text(json.dumps(parse_ptxas(proc.stderr), indent=1))
     try:
         tmp.rename(out)
@@ -195,13 +205,13 @@ def resources(lib_dir: Path) -> list[dict]:
 _LIBS: dict[tuple, ctypes.CDLL] = {}
 
 
-def load(archs=ARCHS) -> ctypes.CDLL:
+def load(archs=ARCHS, defines=()) -> ctypes.CDLL:
     """Load the library (building it first only if no build matches the source hash) with
     typed entry points; cached per process, since the op calls this on every launch."""
-    key = _archs(archs)
+    key = (_archs(archs), tuple(defines))
     if key in _LIBS:
         return _LIBS[key]
-    d = build(archs)
+    d = build(archs, defines=tuple(defines))
     lib = ctypes.CDLL(str(d / LIB))
     vp, i, ll, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
     lib.mla_verify_launch.argtypes = [vp, vp, ll, vp, i, vp, i, vp, ll, vp, vp, i, vp, i, i, i, i, f, vp, vp,
@@ -219,6 +229,9 @@ def load(archs=ARCHS) -> ctypes.CDLL:
     lib.mma_ceiling_launch.restype = i
     lib.mma_ldsm_probe_launch.argtypes = [vp, i, i, i, i, i, vp]
     lib.mma_ldsm_probe_launch.restype = i
+    if "MLAV_TRACE" in defines:
+        lib.mla_verify_trace.argtypes = [vp, i, vp]
+        lib.mla_verify_trace.restype = i
     _LIBS[key] = lib
     return lib
 

@@ -1,10 +1,13 @@
 // Merge of the split partials: O = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M) per output
 // row, for any tier (BMR = the tier's rows per tile, which sets the partial layout).
-// One CTA per (flat output row, 128-column slice): 4 slices per row, so even the centre
-// point's 64 rows give 256 CTAs streaming the bf16 partials (8.5 MB, L2-resident) in
-// parallel; 8 warps x 8 loads keep 64 splits of a slice in flight, so a row of T = 1 (130
-// splits) takes three rounds of L2 latency. Rows of requests with a single split were
-// written by the main kernel.
+// One CTA per (flat output row, column slice), one pass over the partials (bf16, L2-resident):
+// each thread streams its share of the splits, UNR splits in flight, each split's log2-LSE
+// loaded with its 8 columns of O, into an online sum rescaled to its running max; the CTA
+// adds up the threads' sums at the end. (The first version read every LSE in a pass of its
+// own before any O: one more round of L2 latency and two barriers.) Requests of few rows
+// (tiers of 8 and 16 rows: T = 1, 2) have few CTAs per split, so their rows take 8 slices
+// of 64 columns, others 4 of 128. Rows of requests with a single split were written by the
+// main kernel.
 #pragma once
 #include "verify_common.cuh"
 
@@ -12,20 +15,28 @@ namespace mlav {
 
 constexpr int CT = 256;               // 8 warps
 constexpr int CW = CT / 32;
-constexpr int SLICES = 4;             // 128 columns each; a lane holds 4 columns
-constexpr int MAX_SPLITS_SMEM = 1024;   // > the 4 x SMs items a launch can have
+constexpr int UNR = 4;                // splits in flight per thread
+
+template <int BMR>
+struct CombineShape {
+  static constexpr int SL = BMR <= 16 ? 8 : 4;   // column slices per row
+  static constexpr int COLS = DV / SL;            // 64 or 128 columns per CTA
+  static constexpr int LPS = COLS / 8;            // lanes per split, 16-byte loads: 8 or 16
+  static constexpr int GROUPS = CW * (32 / LPS);  // threads sharing a column chunk: 32 or 16
+};
 
 template <int BMR>
 __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
-  __shared__ float w[MAX_SPLITS_SMEM];
-  __shared__ float red[CW];
-  __shared__ float4 part[CW][32];
+  using C = CombineShape<BMR>;
+  __shared__ float4 acc_s[C::GROUPS][C::LPS][2];
+  __shared__ float m_s[C::GROUPS], w_s[C::GROUPS];
   __shared__ int req;
   __shared__ long long qo_start;
-  const int row = blockIdx.x / SLICES;        // flat row n * H + h
-  const int slice = blockIdx.x % SLICES;
+  const int row = blockIdx.x / C::SL;         // flat row n * H + h
+  const int slice = blockIdx.x % C::SL;
   const int n = row / p.H;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  MLAV_TRACE_AT(TRACE_MERGE, 0);
   if (tid == 0) req = -1;
   __syncthreads();
   for (int b = tid; b < p.bs; b += CT) {      // the request holding token n
@@ -39,71 +50,82 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   __syncthreads();
+  MLAV_TRACE_AT(TRACE_MERGE, 1);
   const int b = req;
   if (b < 0) return;
   const int ns = p.table[4 * b + 0], nrt = p.table[4 * b + 1], base = p.table[4 * b + 2];
   if (ns <= 1) return;
   const int local = (int)((n - qo_start) * p.H + row % p.H);
   const int rt = local / BMR, ri = local % BMR;
-  // ns <= part_cap <= 4 x SMs < MAX_SPLITS_SMEM: every split's log2-LSE, then weight, in smem
-  float M = -INFINITY;
-  for (int s = tid; s < ns; s += CT) {
-    float v = p.part_lse[(long long)(base + s * nrt + rt) * BMR + ri];
-    w[s] = v;
-    M = fmaxf(M, v);
-  }
+  const int g = warp * (32 / C::LPS) + lane / C::LPS;   // this thread's split group
+  const int ch = lane % C::LPS;                          // its 16-byte chunk of the slice
+  const int col = slice * C::COLS + ch * 8;
+  float m = -INFINITY, wsum = 0.f, acc[8];
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-  if (lane == 0) red[warp] = M;
-  __syncthreads();
-  M = red[0];
-#pragma unroll
-  for (int i = 1; i < CW; ++i) M = fmaxf(M, red[i]);
-  const float shift = M == -INFINITY ? 0.f : M;
-  for (int s = tid; s < ns; s += CT) w[s] = exp2f(w[s] - shift);
-  __syncthreads();
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float wsum = 0.f;
-  const int col = slice * 128 + lane * 4;
-  // UNR loads in flight per warp before any is used: a row's splits stream in parallel
-  constexpr int UNR = 8;
-  for (int s0 = warp; s0 < ns; s0 += CW * UNR) {
-    uint2 raw[UNR];
-    float wt[UNR];
+  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+  for (int s0 = g; s0 < ns; s0 += C::GROUPS * UNR) {
+    uint4 raw[UNR];
+    float l[UNR];
 #pragma unroll
     for (int u = 0; u < UNR; ++u) {
-      const int s = s0 + u * CW;
-      wt[u] = s < ns ? w[s] : 0.f;
-      raw[u] = s < ns ? *reinterpret_cast<const uint2*>(p.part_o + ((base + (long long)s * nrt + rt) * BMR + ri) * DV + col)
-                      : make_uint2(0u, 0u);
+      const int s = s0 + u * C::GROUPS;
+      const long long slot = (base + (long long)s * nrt + rt) * BMR + ri;
+      l[u] = s < ns ? p.part_lse[slot] : -INFINITY;
+      raw[u] = s < ns ? *reinterpret_cast<const uint4*>(p.part_o + slot * DV + col) : make_uint4(0u, 0u, 0u, 0u);
     }
+    float mb = m;
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) mb = fmaxf(mb, l[u]);
+    if (mb == -INFINITY) continue;            // only empty splits so far
+    const float r = exp2f(m - mb);            // 0 while m is still -inf
+    wsum *= r;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] *= r;
 #pragma unroll
     for (int u = 0; u < UNR; ++u) {
-      if (wt[u] > 0.f) {      // an empty split's partial is 0 * anything: never read it as NaN
-        float2 v0 = unpack_bf16(raw[u].x), v1 = unpack_bf16(raw[u].y);
-        acc.x += wt[u] * v0.x; acc.y += wt[u] * v0.y; acc.z += wt[u] * v1.x; acc.w += wt[u] * v1.y;
+      if (l[u] > -INFINITY) {                 // an empty split's partial is never read (it may be NaN)
+        const float wt = exp2f(l[u] - mb);
+        const uint32_t w4[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 v = unpack_bf16(w4[i]);
+          acc[2 * i] += wt * v.x;
+          acc[2 * i + 1] += wt * v.y;
+        }
+        wsum += wt;
       }
-      wsum += wt[u];
     }
+    m = mb;
   }
-  __syncthreads();                            // red[] is reused for the weight sums
-  if (lane == 0) red[warp] = wsum;
-  part[warp][lane] = acc;
+  MLAV_TRACE_AT(TRACE_MERGE, 2);
+  acc_s[g][ch][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  acc_s[g][ch][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  if (ch == 0) { m_s[g] = m; w_s[g] = wsum; }
   __syncthreads();
-  if (tid < 32) {
-    float tot = 0.f;
-    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (tid < C::LPS) {
+    float M = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < CW; ++i) {
-      float4 v = part[i][tid];
-      a.x += v.x; a.y += v.y; a.z += v.z; a.w += v.w;
-      tot += red[i];
+    for (int i = 0; i < C::GROUPS; ++i) M = fmaxf(M, m_s[i]);
+    const float shift = M == -INFINITY ? 0.f : M;
+    float tot = 0.f, a[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) a[i] = 0.f;
+#pragma unroll 4
+    for (int i = 0; i < C::GROUPS; ++i) {
+      if (m_s[i] == -INFINITY) continue;
+      const float f = exp2f(m_s[i] - shift);
+      const float4 x = acc_s[i][tid][0], y = acc_s[i][tid][1];
+      tot += f * w_s[i];
+      a[0] += f * x.x; a[1] += f * x.y; a[2] += f * x.z; a[3] += f * x.w;
+      a[4] += f * y.x; a[5] += f * y.y; a[6] += f * y.z; a[7] += f * y.w;
     }
     const float inv = tot > 0.f ? 1.f / tot : 0.f;
-    uint2 out = make_uint2(pack_bf16(a.x * inv, a.y * inv), pack_bf16(a.z * inv, a.w * inv));
-    *reinterpret_cast<uint2*>(p.o + (long long)row * DV + col) = out;
+    uint4 out = make_uint4(pack_bf16(a[0] * inv, a[1] * inv), pack_bf16(a[2] * inv, a[3] * inv),
+                           pack_bf16(a[4] * inv, a[5] * inv), pack_bf16(a[6] * inv, a[7] * inv));
+    *reinterpret_cast<uint4*>(p.o + (long long)row * DV + slice * C::COLS + tid * 8) = out;
     if (p.lse && slice == 0 && tid == 0) p.lse[row] = tot > 0.f ? (shift + log2f(tot)) * LN2 : -INFINITY;
   }
+  MLAV_TRACE_AT(TRACE_MERGE, 3);
 }
 
 }  // namespace mlav

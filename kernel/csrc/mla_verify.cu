@@ -80,9 +80,9 @@ bool pdl_capable(int dev) {
 }
 
 template <int BMR>
-cudaError_t launch_combine(const Params& p, unsigned grid, cudaStream_t st, bool pdl) {
+cudaError_t launch_combine(const Params& p, long long rows, cudaStream_t st, bool pdl) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
+  cfg.gridDim = dim3((unsigned)(rows * CombineShape<BMR>::SL));
   cfg.blockDim = dim3(CT);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = st;
@@ -182,7 +182,6 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   if (num_tokens == 0 || bs == 0) return 0;
   if (tier != 0 && tier != 1 && tier != 2 && tier != 4 && tier != 6 && tier != 8) return (int)cudaErrorInvalidValue;
   if (kv_fp8 && tier == 0) return (int)cudaErrorInvalidValue;   // rows64 reads bf16 only
-  if ((long long)target_ctas * CAP_MULT / 2 > MAX_SPLITS_SMEM) return (int)cudaErrorInvalidValue;  // merge's smem
   Params p;
   p.q = static_cast<const __nv_bfloat16*>(q);
   p.kv = static_cast<const __nv_bfloat16*>(kv);
@@ -234,14 +233,27 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   }
   if (err != cudaSuccess) return (int)err;
   if (mode & MODE_NO_MERGE) return 0;
-  const unsigned cgrid = (unsigned)((long long)num_tokens * H * SLICES);
+  const long long rows = (long long)num_tokens * H;
   const bool pdl = !(mode & MODE_NO_PDL) && pdl_capable(dev);
-  if (tier == 0 || tier == 8) err = launch_combine<rows64::BM>(p, cgrid, st, pdl);
-  else if (tier == 6 || tier == 4) err = launch_combine<32>(p, cgrid, st, pdl);
-  else if (tier == 1) err = launch_combine<8>(p, cgrid, st, pdl);
-  else err = launch_combine<16>(p, cgrid, st, pdl);
+  if (tier == 0 || tier == 8) err = launch_combine<rows64::BM>(p, rows, st, pdl);
+  else if (tier == 6 || tier == 4) err = launch_combine<32>(p, rows, st, pdl);
+  else if (tier == 1) err = launch_combine<8>(p, rows, st, pdl);
+  else err = launch_combine<16>(p, rows, st, pdl);
   return (int)err;
 }
+
+#ifdef MLAV_TRACE
+// The diagnostic build's phase timestamps (verify_common.cuh): reset = 1 zeroes them (on the
+// current stream's device, synchronously), else copies [2][TRACE_CTAS][TRACE_POINTS] uint64 ns
+// to `host`. dims (may be null) receives TRACE_CTAS and TRACE_POINTS.
+int mla_verify_trace(void* host, int reset, int* dims) {
+  if (dims) { dims[0] = TRACE_CTAS; dims[1] = TRACE_POINTS; }
+  void* d = nullptr;
+  cudaError_t err = cudaGetSymbolAddress(&d, g_trace);
+  if (err != cudaSuccess) return (int)err;
+  return (int)(reset ? cudaMemset(d, 0, sizeof(g_trace)) : cudaMemcpy(host, d, sizeof(g_trace), cudaMemcpyDeviceToHost));
+}
+#endif
 
 const char* mla_verify_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
 

@@ -378,6 +378,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   auto half_bar = [&]() { named_bar(1 + r, 128); };
 
+  MLAV_TRACE_AT(TRACE_VERIFY, 2);
   for (int j = 0; j < n_tiles; ++j) {
     // bf16: tile j landed (this thread's copies); fp8: e4m3 tile j + 1 landed
     if constexpr (FP8) cp_async_wait<AH - 2>(); else cp_async_wait<AHEAD - 1>();
@@ -414,6 +415,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (do_pv) pv(n_tiles - 1);
   }
   cp_async_wait<0>();
+  MLAV_TRACE_AT(TRACE_VERIFY, 3);
 
   // ---- epilogue: finish each row's sum across its quad, then normalise
   {

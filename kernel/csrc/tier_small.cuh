@@ -198,6 +198,7 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
   __syncthreads();
   if (math && n_tiles > 0) qk(0);
 
+  MLAV_TRACE_AT(TRACE_VERIFY, 2);
   for (int j = 0; j < n_tiles; ++j) {
     __syncthreads();                                      // barrier 1: xs(j) complete, PV(j-1) done
     if (loads) {
@@ -293,6 +294,7 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
     }
   }
   cp_async_wait<0>();
+  MLAV_TRACE_AT(TRACE_VERIFY, 3);
 
   // ---- epilogue: finish each row's sum across its TPR threads, then normalise
   if (sm_active) {

@@ -452,10 +452,12 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     }
   };
   if (math && n_main > 0) qk(0, DraftTile<false>());
+  MLAV_TRACE_AT(TRACE_VERIFY, 2);
   for (int j = 0; j < n_main; ++j) tile_step(j, DraftTile<false>());
   if (math && n_tiles > n_main) qk(n_main, DraftTile<true>());   // xs is free: softmax(n_main - 1) is done
   for (int j = n_main; j < n_tiles; ++j) tile_step(j, DraftTile<true>());
   cp_async_wait<0>();
+  MLAV_TRACE_AT(TRACE_VERIFY, 3);
 
   // ---- epilogue: finish each row's sum across its TPR threads, then normalise
   {

@@ -31,6 +31,24 @@ constexpr int MODE_NO_SOFTMAX = 16, MODE_NO_QK = 32, MODE_NO_PV = 64;
 // launch the merge as an ordinary kernel, not as a programmatic dependent (PDL, sm_90+)
 constexpr int MODE_NO_PDL = 128;
 
+// Phase timestamps, in the diagnostic build only (-DMLAV_TRACE: kernel/bench/trace.py, `gpu_run
+// --stages trace`): thread 0 of each CTA records %globaltimer (ns) at fixed points of the verify
+// kernel (TRACE_VERIFY) and the merge (TRACE_MERGE). The production build compiles none of it.
+#ifdef MLAV_TRACE
+constexpr int TRACE_CTAS = 8192, TRACE_POINTS = 8, TRACE_VERIFY = 0, TRACE_MERGE = 1;
+__device__ unsigned long long g_trace[2][TRACE_CTAS][TRACE_POINTS];
+__device__ __forceinline__ void trace_point(int kernel, int k) {
+  if (threadIdx.x == 0 && blockIdx.x < TRACE_CTAS) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    g_trace[kernel][blockIdx.x][k] = t;
+  }
+}
+#define MLAV_TRACE_AT(kernel, k) ::mlav::trace_point(::mlav::kernel, k)
+#else
+#define MLAV_TRACE_AT(kernel, k) ((void)0)
+#endif
+
 struct Params {
   const __nv_bfloat16* q;        // [N, H, 576] contiguous
   const __nv_bfloat16* kv;       // pool rows, stride kv_stride elements
@@ -219,6 +237,7 @@ struct Item {
 template <int BMR, int THREADS = NTHREADS>
 __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   constexpr int W = THREADS / 32;
+  MLAV_TRACE_AT(TRACE_VERIFY, 0);
   const int tid = threadIdx.x;
   int* scratch = smem_i;                       // [W]
   long long* red = reinterpret_cast<long long*>(smem_i + 16);  // [W]
@@ -311,6 +330,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     part_excl += ns > 1 ? n_items : 0;
   }
   __syncthreads();
+  MLAV_TRACE_AT(TRACE_VERIFY, 1);
   if (found[0] < 0) return false;
   it.b = found[0]; it.rt = found[1]; it.split = found[2]; it.ns = found[3]; it.nrt = found[4];
   it.p0 = found[5]; it.p1 = found[6]; it.S = found[7]; it.T = found[8]; it.qo0 = found[9];
@@ -343,6 +363,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const Item& it, cons
       p.part_lse[(long long)it.part_slot * RT + tid] = lse_s[tid];
     }
   }
+  MLAV_TRACE_AT(TRACE_VERIFY, 4);
 }
 
 // Upper bound on the items of a launch: at most target + sum_b nrt_b, and sum_b nrt_b <=
