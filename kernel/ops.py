@@ -30,24 +30,27 @@ TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64}
 FP8_TIERS = (1, 2, 4, 6, 8)
 # The tier for requests of more than 32 rows, and when the rows per request are not known
 # statically: rows64d (8), measured faster there than rows64 (0) and the 32-row tiers on the
-# H200 (kernel/NOTES.md). MLA_VERIFY_LARGE_TIER overrides it (read once at import): 4 selects
-# the small tier's 32-row tiles, which the sm_120 model estimates faster there (unmeasured: a
-# canary can decide).
+# H200 (kernel/NOTES.md). MLA_VERIFY_LARGE_TIER overrides it (read once at import), on both
+# pools: 4 selects the small tier's 32-row tiles, which the sm_120 model estimates faster there
+# (unmeasured: a canary can decide).
 def _large_tier(value: str) -> int:
     if value.strip() not in {str(t) for t in TIERS}:
         raise VerifyInputError(f"MLA_VERIFY_LARGE_TIER={value!r} is not one of {sorted(TIERS)}")
     return int(value)
 
 
-LARGE_TIER = _large_tier(os.environ.get("MLA_VERIFY_LARGE_TIER", "8") or "8")
+_LARGE_TIER_ENV = os.environ.get("MLA_VERIFY_LARGE_TIER", "")
+LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 # Up to 8 and 16 rows: the small tier (8- and 16-row tiles); up to 32: rows32d (two 4-warp CTAs
 # per SM), 1.5x faster than the small tier's 32-row tiles at T = 4 on the H200.
 ROW_TIERS = ((8, 1), (16, 2), (32, 6))
-# On an fp8_e4m3 pool the small tier's copy is the fastest up to 64 rows on the H200 (32 rows:
-# 94.7 against rows32d's 114.2 us; 64 rows, as two 32-row tiles: 168.2 against rows64d's 193.4;
-# micro-h200-20261201T1541.json). More rows stay on LARGE_TIER for now, although a later rung has
-# small8 ahead there too (reports/data/rungs/fp8-small8-many-rows-h200-20261201T1605.json).
-FP8_ROW_TIERS = ((8, 1), (16, 2), (64, 4))
+# On an fp8_e4m3 pool the small tier's copy (tier_small8.cuh) is the fastest at every row count
+# measured on the H200: its 8- and 16-row tiles up to 16 rows, its 32-row tiles above, also for
+# more rows than 32 (64 rows: 168.2 against rows64d_fp8's 193.4 us, micro-h200-20261201T1541.json;
+# 128 and 256 rows: 326.6 / 638.5 against 374.9 / 760.8,
+# reports/data/rungs/fp8-small8-many-rows-h200-20261201T1605.json).
+FP8_ROW_TIERS = ((8, 1), (16, 2))
+FP8_LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "4")
 
 
 def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None, kv_fp8: bool = False) -> int:
@@ -58,13 +61,14 @@ def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None
     if max_draft_len is not None and (not isinstance(max_draft_len, int) or max_draft_len < 0):
         raise VerifyInputError(f"max_draft_len: expected a non-negative int, got {max_draft_len!r}")
     T = max_draft_len if max_draft_len is not None else (num_tokens if bs == 1 else None)
+    large = FP8_LARGE_TIER if kv_fp8 else LARGE_TIER
     if T is None:
-        return LARGE_TIER
+        return large
     rows = T * H
     for most, tier in FP8_ROW_TIERS if kv_fp8 else ROW_TIERS:
         if rows <= most:
             return tier
-    return LARGE_TIER
+    return large
 
 
 class Workspace:
@@ -110,10 +114,11 @@ def _is64(t: torch.Tensor) -> int:
 
 def launch(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, o, lse,
            workspace: torch.Tensor, target_ctas: int, max_bs: int, mode: int = 0, tier: int = 0,
-           k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+           k_scale: float = 1.0, v_scale: float = 1.0, lib=None) -> None:
     """Enqueue the kernel of `tier` and the merge on the current stream (no checks: callers check).
-    An fp8 kv_cache (float8_e4m3fn) is read with k_scale / v_scale on the prefix rows."""
-    lib = build.load()
+    An fp8 kv_cache (float8_e4m3fn) is read with k_scale / v_scale on the prefix rows. `lib`: a
+    diagnostic build (`build.load(defines=...)`) instead of the production library."""
+    lib = lib or build.load()
     stream = torch.cuda.current_stream(q.device).cuda_stream
     err = lib.mla_verify_launch(
         q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0), kv_indptr.data_ptr(), _is64(kv_indptr),

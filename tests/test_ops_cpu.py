@@ -55,7 +55,7 @@ def test_workspace_needs_cuda():
 
 
 def test_tier_from_static_shapes():
-    from kernel.ops import LARGE_TIER, TIERS, pick_tier
+    from kernel.ops import FP8_LARGE_TIER, LARGE_TIER, TIERS, pick_tier
     assert pick_tier(8, 1, 1) == 1                        # T = 1: 8 rows
     assert pick_tier(8, 2, 1) == 2 and pick_tier(16, 1, 1) == 2
     assert pick_tier(8, 4, 1) == 6                        # 32 rows: rows32d
@@ -63,10 +63,10 @@ def test_tier_from_static_shapes():
     assert pick_tier(8, 32, 8) == LARGE_TIER              # bs > 1, no hint: unknown rows per request
     assert pick_tier(8, 32, 8, max_draft_len=4) == 6      # SGLang's static draft length
     assert pick_tier(8, 32, 8, max_draft_len=5) == LARGE_TIER == 8   # 40 rows: rows64d
-    # an fp8 pool: the small tier's copy up to 64 rows (measured faster there), then LARGE_TIER
-    assert [pick_tier(8, t, 1, kv_fp8=True) for t in (1, 2, 4, 8)] == [1, 2, 4, 4]
-    assert pick_tier(8, 9, 1, kv_fp8=True) == LARGE_TIER
-    assert pick_tier(8, 32, 8, kv_fp8=True) == LARGE_TIER          # unknown rows per request
+    # an fp8 pool: the small tier's copy at every row count (measured faster there): 8-, 16-, then
+    # 32-row tiles, also for more rows and unknown rows per request
+    assert [pick_tier(8, t, 1, kv_fp8=True) for t in (1, 2, 4, 8, 9, 32)] == [1, 2, 4, 4, 4, 4]
+    assert pick_tier(8, 32, 8, kv_fp8=True) == FP8_LARGE_TIER == 4          # unknown rows per request
     assert set(TIERS) == {0, 1, 2, 4, 6, 8} and TIERS[0] == TIERS[8] == 64 and TIERS[6] == 32
 
 
@@ -83,6 +83,20 @@ def test_large_tier_override_is_checked():
     assert _large_tier("4") == 4
     with pytest.raises(VerifyInputError, match="MLA_VERIFY_LARGE_TIER='fast'"):
         _large_tier("fast")
+
+
+@pytest.mark.parametrize("env, want", [(None, "8 4"), ("6", "6 6"), ("4", "4 4")])
+def test_large_tier_override_applies_to_both_pools(env, want):
+    import os
+    import subprocess
+    import sys
+    e = {k: v for k, v in os.environ.items() if k != "MLA_VERIFY_LARGE_TIER"}
+    if env is not None:
+        e["MLA_VERIFY_LARGE_TIER"] = env
+    out = subprocess.run([sys.executable, "-c", "import kernel.ops as o; print(o.LARGE_TIER, o.FP8_LARGE_TIER)"],
+                         env=e, capture_output=True, text=True, check=True, cwd=os.path.dirname(os.path.dirname(
+                             os.path.abspath(__file__))))
+    assert out.stdout.split()[-2:] == want.split()
 
 
 @pytest.fixture

@@ -98,14 +98,15 @@ CASES = (
 )
 FP8_CASES = (
     # the deployment's shape on an fp8 pool from a checkpoint without KV scales (SGLang: 1.0);
-    # 64 query rows: rows64d
+    # 64 query rows: the small tier's fp8 copy, two 32-row tiles
     Spec("fp8-centre-185k", heads=8, draft=8, page=1, graph_bs=1, capture=(185_000,), replay=(180_001,),
          control=False, kv_dtype=FP8_KV, k_scale=1.0, v_scale=1.0),
-    # paged, 5 of 8 requests real on replay, separate k and v scales; 32 query rows: rows32d
+    # paged, 5 of 8 requests real on replay, separate k and v scales; 32 query rows: one 32-row tile
     Spec("fp8-bs8-page64", heads=8, draft=4, page=64, graph_bs=8,
          capture=(3000, 517, 1200, 64, 2048, 9, 700, 1500), replay=(2900, 33, 1600, 800, 65), control=True,
          kv_dtype=FP8_KV, k_scale=0.05, v_scale=0.02),
-    # SGLang's EAGLE default of 48 running requests, one calibrated kv_scale for both
+    # SGLang's EAGLE default of 48 running requests, one calibrated kv_scale for both; 128 query
+    # rows per request: four 32-row tiles
     Spec("fp8-bs48", heads=8, draft=16, page=1, graph_bs=48, capture=tuple(300 + 37 * i for i in range(48)),
          replay=tuple(250 + 41 * i for i in range(41)), control=True, tree="random", replay_tree="star",
          kv_dtype=FP8_KV, k_scale=0.0625, v_scale=0.0625),
