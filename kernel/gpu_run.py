@@ -1,6 +1,6 @@
 """One command on a CUDA machine: build, validate, benchmark; JSON into --out, a table last.
 
-    python -m kernel.gpu_run --out reports/data [--quick] [--stages validate,graph,stream,mma,full,parts,bench,integration]
+    python -m kernel.gpu_run --out reports/data [--quick] [--stages validate,graph,stream,mma,full,parts,fixed,bench,integration]
 
 - validate: >= 500 random configurations (every tree generator, page sizes 1/16/64,
   scattered and fragmented pools with NaN in unused slots, ragged batches, T up to 1024,
@@ -18,6 +18,10 @@
   (kernel/bench/micro.py); parts: the design D tiers' math with the softmax, QK or PV left
   out, and the mma.sync ceiling at their occupancy (8 warps per SM); probe: mma.sync with
   an ldmatrix.x4 every 1-8 MMAs (kernel/csrc/mma_ldsm_probe.cu), at 8 and 16 warps per SM.
+- fixed: the call's fixed cost, T = 1 and 8 on both pools, S = 128..262k, with and without the
+  merge, and CUPTI's verify and merge kernel times at 185k (kernel/bench/fixed_cost.py).
+- trace: a diagnostic build (-DMLAV_TRACE, compiled here with nvcc) timestamps every CTA's
+  phases: launch, plan, prologue, loop, epilogue, merge (kernel/bench/trace.py). Not default.
 - bench: read and mma.sync ceilings measured in this run, then our kernel, SGLang
   extend_attention_fwd, SGLang verify_shared_kv_fwd (chains) and naive torch, around the
   centre point S = 185k, T = 8, H = 8, page 1 scattered, batch 1; and our kernel on the fp8
@@ -55,8 +59,8 @@ from .ops import TIERS, verify_attention
 
 
 
-STAGES = ("validate", "graph", "stream", "mma", "full", "parts", "probe", "bench", "integration", "sglang-backend",
-          "dcp-sim", "once")
+STAGES = ("validate", "graph", "stream", "mma", "full", "parts", "probe", "fixed", "trace", "bench", "integration",
+          "sglang-backend", "dcp-sim", "once")
 
 
 def main(argv=None) -> int:
@@ -64,9 +68,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="reports/data", help="folder for the JSON results")
     ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT") or git_commit(),
                     help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
-    ap.add_argument("--stages", default="validate,graph,stream,mma,full,parts,bench,integration",
-                    help="comma-separated: validate, graph, stream, mma, full, parts, probe (microbenchmarks), bench, "
-                         "integration, sglang-backend, dcp-sim, once")
+    ap.add_argument("--stages", default="validate,graph,stream,mma,full,parts,fixed,bench,integration",
+                    help="comma-separated: validate, graph, stream, mma, full, parts, probe, fixed, trace "
+                         "(microbenchmarks), bench, integration, sglang-backend, dcp-sim, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
     ap.add_argument("--fp8-cases", type=int, default=500,
                     help="random validation cases on the fp8_e4m3 pool (plus its extremes; 0: no fp8 validation)")
@@ -182,6 +186,22 @@ def main(argv=None) -> int:
                      else f"{r['clk_per_tile']:7.0f} clk/tile {r['part']}" if r["stage"] == "parts"
                      else f"{r['clk_per_tile']:7.0f} clk/tile" + (f", merge {r['merge_us']:.1f} us" if r["stage"] == "full" else ""))
             summary.append(f"micro {r['stage']:6s} S={r['S']:>7} T={r['T']:>3} tier {r['tier']} {r['time_us']:9.1f} us  {extra}")
+    if "fixed" in stages:
+        from .bench.fixed_cost import run as run_fixed
+        res_f = dict(info, **run_fixed())
+        (out / f"fixed-cost-{tag}-{stamp}.json").write_text(json.dumps(res_f, indent=1))
+        for f in res_f["fits"]:
+            summary.append(f"fixed cost {f['kv_dtype']:9s} T={f['T']} tier {f['tier']} {f['of']:11s}: intercept "
+                           f"{f['intercept_us']:5.1f} us, marginal {f['marginal_GBps'] or float('nan'):6.0f} GB/s")
+    if "trace" in stages:
+        from .bench.trace import run as run_trace
+        res_t = dict(info, **run_trace())
+        (out / f"trace-{tag}-{stamp}.json").write_text(json.dumps(res_t, indent=1))
+        for r in res_t["rows"]:
+            summary.append(f"trace {r['kv_dtype']:9s} S={r['S']:>6} T={r['T']} tier {r['tier']}: graph {r['graph_us']:6.1f} "
+                           f"us, span {r.get('span_us') or float('nan'):6.1f}, plan {r['plan_us']:.1f}, loop "
+                           f"{r.get('loop_min_us') or float('nan'):.1f}..{r.get('loop_max_us') or float('nan'):.1f}, "
+                           f"merge done +{r.get('merge_last_store_after_verify_us') or float('nan'):.1f}")
     if "bench" in stages:
         lib = build.load()
         tiers = {str(t): {"rows_per_tile": rows, "smem_bytes": lib.mla_verify_tier_smem_bytes(t)}

@@ -1,0 +1,112 @@
+"""Where a call's time goes, phase by phase (`gpu_run --stages trace`): the diagnostic build
+(-DMLAV_TRACE, sm_90 only, compiled on the GPU machine) has thread 0 of every CTA record
+%globaltimer at fixed points of the verify kernel (0 entry, 1 schedule planned, 2 first tile's
+loop, 3 loop done, 4 result stored) and of the merge (0 entry, 1 past griddepcontrol.wait,
+2 splits summed, 3 stored). One call, replayed alone in a CUDA graph as SGLang runs it; the
+medians over REPS replays of: the verify kernel's launch spread, plan, prologue, loop (fastest,
+median and slowest CTA: the tail), epilogue; the merge's start, wait, loop and end after the
+last verify CTA ended; and the whole span from the first CTA's entry to the merge's last store,
+next to the graph-replayed time of the same call. Times in us; the timer ticks every ~32 ns.
+"""
+from __future__ import annotations
+
+import ctypes
+import statistics
+
+import torch
+
+from .. import build
+from ..inputs import make_case
+from ..ops import launch, pick_tier
+from .sweeps import FP8_KV, KV_DTYPE_NAMES
+from .timing import capture_graph, log, time_calls
+
+DEFINES = ("MLAV_TRACE",)
+REPS = 5
+# (S, T, H, pool): the shapes whose fixed cost and merge decide T = 1 and the short context
+CASES = ((185000, 1, 8, "auto"), (185000, 4, 8, "auto"), (185000, 8, 8, "auto"), (16384, 8, 8, "auto"),
+         (185000, 1, 8, FP8_KV), (185000, 8, 8, FP8_KV))
+
+
+def _med(v):
+    return statistics.median(v) if v else None
+
+
+def phases(verify: list[list[int]], merge: list[list[int]]) -> dict:
+    """Phase times (us) of one call from the traced CTAs' timestamps (ns; rows of points, zero
+    rows = CTAs that did not run). `verify` rows: [entry, planned, loop, loop done, stored, ...];
+    `merge` rows: [entry, waited, summed, stored, ...]."""
+    v = [r for r in verify if r[0]]
+    if not v:
+        raise ValueError("verify: no traced CTA ran")
+    work = [r for r in v if r[2]]
+    t0 = min(r[0] for r in v)
+    us = lambda ns: ns / 1e3
+    out = {"ctas": len(v), "working_ctas": len(work),
+           "verify_launch_spread_us": us(max(r[0] for r in v) - t0),
+           "plan_us": us(_med([r[1] - r[0] for r in v])),
+           "prologue_us": us(_med([r[2] - r[1] for r in work])) if work else None}
+    if work:
+        loops = [r[3] - r[2] for r in work]
+        end = max(r[4] for r in work)
+        out.update(loop_min_us=us(min(loops)), loop_median_us=us(_med(loops)), loop_max_us=us(max(loops)),
+                   epilogue_us=us(_med([r[4] - r[3] for r in work])),
+                   first_store_us=us(min(r[4] for r in work) - t0), last_store_us=us(end - t0))
+        m = [r for r in merge if r[0]]
+        if m:
+            out.update(merge_ctas=len(m), merge_first_entry_after_verify_us=us(min(r[0] for r in m) - end),
+                       merge_waited_after_verify_us=us(_med([r[1] - end for r in m])),
+                       merge_summed_after_verify_us=us(_med([r[2] - end for r in m if r[2]])) if any(r[2] for r in m)
+                       else None,
+                       merge_last_store_after_verify_us=us(max(r[3] for r in m) - end))
+            end = max(end, max(r[3] for r in m))
+        out["span_us"] = us(end - t0)
+    return out
+
+
+def run() -> dict:
+    lib = build.load(("90",), DEFINES)
+    dims = (ctypes.c_int * 2)()
+    err = lib.mla_verify_trace(None, 1, dims)
+    if err:
+        raise RuntimeError(f"mla_verify_trace reset failed: cudaError {err}")
+    n_ctas, n_pts = dims[0], dims[1]
+    host = (ctypes.c_ulonglong * (2 * n_ctas * n_pts))()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ws = torch.empty(lib.mla_verify_workspace_bytes(sms, 64), dtype=torch.uint8, device="cuda")
+    rows = []
+    for S, T, H, kv in CASES:
+        pool = KV_DTYPE_NAMES[kv]
+        tier = pick_tier(H, T, 1, T, kv_fp8=kv == FP8_KV)
+        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25,
+                         kv_dtype=kv)
+        o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
+        call = lambda: launch(*case.args(), o, lse, ws, sms, 64, tier=tier, lib=lib, **case.kwargs())
+        graph_us = time_calls([call]) * 1e3
+        g = capture_graph(call)
+        reps = []
+        for _ in range(REPS + 1):
+            g.replay()
+            torch.cuda.synchronize()
+            lib.mla_verify_trace(None, 1, None)
+            g.replay()
+            torch.cuda.synchronize()
+            err = lib.mla_verify_trace(host, 0, None)
+            if err:
+                raise RuntimeError(f"mla_verify_trace copy failed: cudaError {err}")
+            flat = list(host)
+            block = lambda k: [flat[(k * n_ctas + c) * n_pts:(k * n_ctas + c + 1) * n_pts] for c in range(n_ctas)]
+            reps.append(phases(block(0), block(1)))
+        reps = reps[1:]
+        row = {"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": pool, "graph_us": graph_us, "reps": REPS}
+        for k in reps[0]:
+            vals = [r[k] for r in reps if r.get(k) is not None]
+            row[k] = _med(vals) if vals else None
+        rows.append(row)
+        log(f"trace {pool:9s} S={S} T={T} tier {tier}: graph {graph_us:.1f} us; " +
+            ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()
+                      if k.endswith("_us") and k != "graph_us"))
+        del case, o, lse, g
+        torch.cuda.empty_cache()
+    return {"kind": "trace", "defines": list(DEFINES), "rows": rows}

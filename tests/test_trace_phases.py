@@ -1,0 +1,37 @@
+"""kernel/bench/trace.py's phase arithmetic and the diagnostic build's flags (the GPU part runs
+in kernel.gpu_run --stages trace)."""
+import pytest
+
+from kernel import build
+from kernel.bench.trace import phases
+
+
+def _verify_row(entry, planned, loop=0, done=0, stored=0):
+    return [entry, planned, loop, done, stored, 0, 0, 0]
+
+
+def test_phases_of_a_traced_call():
+    verify = [_verify_row(1000, 3000, 4000, 54000, 55000),     # ns
+              _verify_row(1500, 3500, 4500, 58500, 60000),     # the slowest CTA: the tail
+              _verify_row(2000, 4000),                          # no item: returned after planning
+              [0] * 8]                                          # never ran (beyond the grid)
+    merge = [[59000, 60500, 62000, 63000, 0, 0, 0, 0], [61000, 61500, 62500, 64000, 0, 0, 0, 0]]
+    r = phases(verify, merge)
+    assert r["ctas"] == 3 and r["working_ctas"] == 2
+    assert r["verify_launch_spread_us"] == pytest.approx(1.0)
+    assert r["plan_us"] == pytest.approx(2.0) and r["prologue_us"] == pytest.approx(1.0)
+    assert (r["loop_min_us"], r["loop_max_us"]) == pytest.approx((50.0, 54.0))
+    assert r["last_store_us"] == pytest.approx(59.0) and r["first_store_us"] == pytest.approx(54.0)
+    assert r["merge_first_entry_after_verify_us"] == pytest.approx(-1.0)   # resident before the end
+    assert r["merge_waited_after_verify_us"] == pytest.approx(1.0)        # median of 0.5 and 1.5
+    assert r["merge_last_store_after_verify_us"] == pytest.approx(4.0)
+    assert r["span_us"] == pytest.approx(63.0)
+    with pytest.raises(ValueError, match="verify"):
+        phases([[0] * 8], merge)
+
+
+def test_diagnostic_build_has_its_own_hash_and_checked_defines():
+    assert build.source_hash(("90",), ("MLAV_TRACE",)) != build.source_hash(("90",))
+    assert build.lib_dir(("90",), defines=("MLAV_TRACE",)) != build.lib_dir(("90",))
+    with pytest.raises(ValueError, match="defines"):
+        build.source_hash(("90",), ("-O0; rm",))
