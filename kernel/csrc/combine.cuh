@@ -28,8 +28,9 @@ struct CombineShape {
 template <int BMR>
 __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   using C = CombineShape<BMR>;
-  __shared__ float4 acc_s[C::GROUPS][C::LPS][2];
-  __shared__ float m_s[C::GROUPS], w_s[C::GROUPS];
+  __shared__ __align__(16) float acc_s[C::GROUPS * C::COLS];   // [group][column] partial sums
+  __shared__ float m_s[C::GROUPS], w_s[C::GROUPS], f_s[C::GROUPS];
+  __shared__ float inv_tot;
   __shared__ int req;
   __shared__ long long qo_start;
   const int row = blockIdx.x / C::SL;         // flat row n * H + h
@@ -98,32 +99,35 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
     m = mb;
   }
   MLAV_TRACE_AT(TRACE_MERGE, 2);
-  acc_s[g][ch][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-  acc_s[g][ch][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  // the CTA's sum: warp 0 turns the groups' maxima into factors, then one thread per column
+  // adds the groups' columns (independent loads, no serial chain per output chunk)
+  float4* mine = reinterpret_cast<float4*>(acc_s + g * C::COLS + ch * 8);
+  mine[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  mine[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
   if (ch == 0) { m_s[g] = m; w_s[g] = wsum; }
   __syncthreads();
-  if (tid < C::LPS) {
-    float M = -INFINITY;
+  if (warp == 0) {
+    const float mg = lane < C::GROUPS ? m_s[lane] : -INFINITY;
+    float M = mg;
 #pragma unroll
-    for (int i = 0; i < C::GROUPS; ++i) M = fmaxf(M, m_s[i]);
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
     const float shift = M == -INFINITY ? 0.f : M;
-    float tot = 0.f, a[8];
+    const float f = mg == -INFINITY ? 0.f : exp2f(mg - shift);
+    float tot = lane < C::GROUPS ? f * w_s[lane] : 0.f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) a[i] = 0.f;
-#pragma unroll 4
-    for (int i = 0; i < C::GROUPS; ++i) {
-      if (m_s[i] == -INFINITY) continue;
-      const float f = exp2f(m_s[i] - shift);
-      const float4 x = acc_s[i][tid][0], y = acc_s[i][tid][1];
-      tot += f * w_s[i];
-      a[0] += f * x.x; a[1] += f * x.y; a[2] += f * x.z; a[3] += f * x.w;
-      a[4] += f * y.x; a[5] += f * y.y; a[6] += f * y.z; a[7] += f * y.w;
+    for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+    if (lane < C::GROUPS) f_s[lane] = f;
+    if (lane == 0) {
+      inv_tot = tot > 0.f ? 1.f / tot : 0.f;
+      if (p.lse && slice == 0) p.lse[row] = tot > 0.f ? (shift + log2f(tot)) * LN2 : -INFINITY;
     }
-    const float inv = tot > 0.f ? 1.f / tot : 0.f;
-    uint4 out = make_uint4(pack_bf16(a[0] * inv, a[1] * inv), pack_bf16(a[2] * inv, a[3] * inv),
-                           pack_bf16(a[4] * inv, a[5] * inv), pack_bf16(a[6] * inv, a[7] * inv));
-    *reinterpret_cast<uint4*>(p.o + (long long)row * DV + slice * C::COLS + tid * 8) = out;
-    if (p.lse && slice == 0 && tid == 0) p.lse[row] = tot > 0.f ? (shift + log2f(tot)) * LN2 : -INFINITY;
+  }
+  __syncthreads();
+  if (tid < C::COLS) {
+    float a = 0.f;
+#pragma unroll 8
+    for (int i = 0; i < C::GROUPS; ++i) a += f_s[i] * acc_s[i * C::COLS + tid];
+    p.o[(long long)row * DV + slice * C::COLS + tid] = __float2bfloat16_rn(a * inv_tot);
   }
   MLAV_TRACE_AT(TRACE_MERGE, 3);
 }
