@@ -46,7 +46,9 @@ integ = data.newest(data_dir, "sglang-integration", allow_fixture=smoke)
 micro = data.newest_or_none(data_dir, "microbench", allow_fixture=smoke)
 backend = data.newest_or_none(data_dir, "sglang-backend", allow_fixture=smoke)
 dcp = data.newest_or_none(data_dir, "dcp-sim", allow_fixture=smoke)
-docs = [d for d in (val, bench, integ, micro, backend, dcp) if d is not None]
+fixed = data.newest_or_none(data_dir, "fixed_cost", allow_fixture=smoke)
+trace = data.newest_or_none(data_dir, "trace", allow_fixture=smoke)
+docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace) if d is not None]
 df = data.bench_frame(bench)  # the comparisons: ours is `flash` alone, never its variants
 df_all = data.bench_frame(bench, variants=True)  # + forced rows64 and L2 flushed (section 7)
 tiers = data.tier_frame(df_all)
@@ -440,6 +442,42 @@ if micro is not None and len(ladder_docs) > 1:
             + ". Only shapes and tiers every file measured are listed."))
         display(figures.table(ladder, {"S": "{:,}", **{f["column"]: "{:,.1f}" for f in files}},
                               "Full-kernel time of the same shape and tier at each commit, us"))
+
+# %% [markdown]
+# <a id="fixed"></a>
+# ## 8b. Where a call's time goes beyond its bytes: fixed cost and phases
+# - **Fixed cost** (`python -m kernel.gpu_run --stages fixed`): the default tier's call timed at
+#   prefix lengths from 128 tokens to 262k; a straight line through the long ones gives what a
+#   call costs on top of its KV bytes (the intercept) and the rate at which it reads them.
+# - **Phases** (`--stages trace`): a diagnostic build of the same kernels in which one thread
+#   of every thread block records the GPU's global timer at fixed points: its start, the
+#   schedule planned, the first tile in, the loop done, the result stored; and for the merge,
+#   its start, the end of its wait for the verify kernel, and its store. One call, replayed
+#   alone in a CUDA graph, median of 5 replays.
+
+# %%
+if fixed is None and trace is None:
+    display(Markdown("_No fixed-cost or trace file in the data directory._"))
+if fixed is not None:
+    ff = data.fixed_cost_frame(fixed)
+    display(Markdown(f"`{Path(fixed['_path']).name}`: the line runs through S >= "
+                     f"{int(ff['fit_from_S'].iloc[0]):,}."))
+    display(figures.table(ff.drop(columns=["fit_from_S"]), {"intercept_us": "{:,.1f}", "marginal_gbps": "{:,.0f}"},
+                          "Fixed cost (intercept) and marginal KV rate of a call, per pool and T"))
+if trace is not None:
+    tf = data.trace_frame(trace)
+    t1 = data.select(tf, pool=data.BF16_KV, T=1, S=data.CENTRE["S"])
+    if not t1.empty:
+        r = t1.iloc[0]
+        display(Markdown(
+            f"`{Path(trace['_path']).name}`: at S = {int(r['S']):,}, T = 1 the last thread block starts "
+            f"{r['launch_spread_us']:.1f} us after the first, planning takes {r['plan_us']:.1f} us and the "
+            f"first tile arrives {r['prologue_us']:.1f} us later; the blocks' loops take "
+            f"{r['loop_min_us']:.1f} to {r['loop_max_us']:.1f} us, so their results land over "
+            f"**{r['store_spread_us']:.1f} us**, and the merge ends {r['merge_after_us']:.1f} us after the "
+            f"last of them ({r['span_us']:.1f} us traced, {r['graph_us']:.1f} us graph-replayed)."))
+    display(figures.table(tf, {"S": "{:,}", **{c: "{:,.1f}" for c in tf.columns if c.endswith("_us")}},
+                          "Phases of one call, us (diagnostic build, sm_90)"))
 
 # %% [markdown]
 # <a id="sglang"></a>

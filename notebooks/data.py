@@ -52,6 +52,8 @@ KINDS = {
     "rollout-ab": "canary A/B results written by the rollout tool",
     "dcp-sim": "decode context parallelism simulated on one GPU: N ranks' calls merged by LSE "
                "(phase 2)",
+    "fixed_cost": "a call's time against S at T = 1 and 8 and its fixed cost, both pools (phase 2)",
+    "trace": "per-CTA phase timestamps of one call from the diagnostic build (phase 2)",
 }
 
 
@@ -541,6 +543,34 @@ def parts_frame(doc: dict) -> pd.DataFrame:
     wide["tier"] = wide["tier"].astype(int)
     wide["tile"] = wide["tier"].map(tier_name)
     return wide.sort_values(["S", "T", "tier"]).reset_index(drop=True)
+
+
+def fixed_cost_frame(doc: dict) -> pd.DataFrame:
+    """A fixed-cost file's line fits (kernel/bench/fixed_cost.py), one row per pool, T and
+    whole call or verify kernel alone: the intercept (us, the call's cost beyond its KV bytes)
+    and the marginal rate (GB/s of KV bytes) from the prefix lengths it fits."""
+    rows = [{"pool": f["kv_dtype"], "T": f["T"], "H": f["H"], "tile": tier_name(f["tier"]),
+             "part": "whole call" if f["of"] == "time_us" else "without the merge",
+             "fit_from_S": f["fit_from_S"], "intercept_us": f["intercept_us"],
+             "marginal_gbps": f["marginal_GBps"]} for f in doc["fits"]]
+    return pd.DataFrame(rows)
+
+
+def trace_frame(doc: dict) -> pd.DataFrame:
+    """A trace file's rows (kernel/bench/trace.py), one per shape and pool, in us: the verify
+    kernel's launch spread (last CTA's start after the first's), schedule, prologue, the CTAs'
+    loops (shortest, median, longest), the spread of their stores, the merge's last store after
+    the verify kernel's last, and the traced span beside the graph-replayed time of the call."""
+    rows = []
+    for r in doc["rows"]:
+        spread = (r["last_store_us"] - r["first_store_us"]) if r.get("last_store_us") is not None else None
+        rows.append({"pool": r["kv_dtype"], "S": r["S"], "T": r["T"], "H": r["H"], "tile": tier_name(r["tier"]),
+                     "graph_us": r["graph_us"], "span_us": r.get("span_us"),
+                     "launch_spread_us": r["verify_launch_spread_us"], "plan_us": r["plan_us"],
+                     "prologue_us": r.get("prologue_us"), "loop_min_us": r.get("loop_min_us"),
+                     "loop_median_us": r.get("loop_median_us"), "loop_max_us": r.get("loop_max_us"),
+                     "store_spread_us": spread, "merge_after_us": r.get("merge_last_store_after_verify_us")})
+    return pd.DataFrame(rows)
 
 
 def micro_ladder(docs: list[dict]) -> tuple[pd.DataFrame, list[dict]]:
