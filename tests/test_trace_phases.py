@@ -3,7 +3,7 @@ in kernel.gpu_run --stages trace)."""
 import pytest
 
 from kernel import build
-from kernel.bench.trace import phases
+from kernel.bench.trace import pearson, per_cta, phases
 
 
 def _verify_row(entry, planned, loop=0, done=0, stored=0):
@@ -35,3 +35,16 @@ def test_diagnostic_build_has_its_own_hash_and_checked_defines():
     assert build.lib_dir(("90",), defines=("MLAV_TRACE",)) != build.lib_dir(("90",))
     with pytest.raises(ValueError, match="defines"):
         build.source_hash(("90",), ("-O0; rm",))
+
+
+def test_start_store_correlation_and_per_cta_rows():
+    verify = [_verify_row(1000, 3000, 4000, 54000, 55000), _verify_row(1500, 3500, 4500, 58500, 60000),
+              _verify_row(2000, 4000), [0] * 8]
+    r = phases(verify, [])
+    assert r["start_store_corr"] == pytest.approx(1.0)          # two points: perfectly correlated
+    assert (r["entry_to_store_min_us"], r["entry_to_store_max_us"]) == pytest.approx((54.0, 58.5))
+    assert per_cta(verify) == [[0, 0.0, 3.0, 53.0, 54.0], [1, 0.5, 3.5, 57.5, 59.0]]
+    assert pearson([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert pearson([1.0, 1.0], [2.0, 3.0]) is None
+    with pytest.raises(ValueError, match="xs, ys"):
+        pearson([1.0], [1.0])

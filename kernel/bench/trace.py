@@ -6,7 +6,9 @@ loop, 3 loop done, 4 result stored) and of the merge (0 entry, 1 past griddepcon
 medians over REPS replays of: the verify kernel's launch spread, plan, prologue, loop (fastest,
 median and slowest CTA: the tail), epilogue; the merge's start, wait, loop and end after the
 last verify CTA ended; and the whole span from the first CTA's entry to the merge's last store,
-next to the graph-replayed time of the same call. Times in us; the timer ticks every ~32 ns.
+next to the graph-replayed time of the same call; whether the CTAs that start last also store
+last (the correlation of their start and store times), and every working CTA's times of the
+last replay. Times in us; the timer ticks every ~32 ns.
 """
 from __future__ import annotations
 
@@ -61,7 +63,30 @@ def phases(verify: list[list[int]], merge: list[list[int]]) -> dict:
                        merge_last_store_after_verify_us=us(max(r[3] for r in m) - end))
             end = max(end, max(r[3] for r in m))
         out["span_us"] = us(end - t0)
+        starts, stores = [r[0] for r in work], [r[4] for r in work]
+        # is the tail the launch order (late starters end late) or the CTAs' own speed?
+        out["start_store_corr"] = pearson(starts, stores)
+        out["entry_to_store_min_us"] = us(min(b - a for a, b in zip(starts, stores)))
+        out["entry_to_store_max_us"] = us(max(b - a for a, b in zip(starts, stores)))
     return out
+
+
+def pearson(xs: list[float], ys: list[float]) -> float | None:
+    """Correlation coefficient of two equal-length lists; None when either is constant."""
+    n = len(xs)
+    if n < 2 or len(ys) != n:
+        raise ValueError(f"xs, ys: need two equal-length lists of >= 2, got {len(xs)} and {len(ys)}")
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else None
+
+
+def per_cta(verify: list[list[int]]) -> list[list[float]]:
+    """[block, entry, loop start, loop end, store] per working CTA, us after the first entry."""
+    v = [(c, r) for c, r in enumerate(verify) if r[0]]
+    t0 = min(r[0] for _, r in v)
+    return [[c] + [round((r[k] - t0) / 1e3, 3) for k in (0, 2, 3, 4)] for c, r in v if r[2]]
 
 
 def run() -> dict:
@@ -99,14 +124,15 @@ def run() -> dict:
             block = lambda k: [flat[(k * n_ctas + c) * n_pts:(k * n_ctas + c + 1) * n_pts] for c in range(n_ctas)]
             reps.append(phases(block(0), block(1)))
         reps = reps[1:]
-        row = {"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": pool, "graph_us": graph_us, "reps": REPS}
+        row = {"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": pool, "graph_us": graph_us, "reps": REPS,
+               "per_cta_last_replay": per_cta(block(0))}
         for k in reps[0]:
-            vals = [r[k] for r in reps if r.get(k) is not None]
+            vals = [r[k] for r in reps if r.get(k) is not None]   # medians over the replays
             row[k] = _med(vals) if vals else None
         rows.append(row)
         log(f"trace {pool:9s} S={S} T={T} tier {tier}: graph {graph_us:.1f} us; " +
             ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()
-                      if k.endswith("_us") and k != "graph_us"))
+                      if (k.endswith("_us") and k != "graph_us") or k == "start_store_corr"))
         del case, o, lse, g
         torch.cuda.empty_cache()
     return {"kind": "trace", "defines": list(DEFINES), "rows": rows}
