@@ -201,8 +201,10 @@ def main(argv=None) -> int:
             summary.append(f"trace {r['kv_dtype']:9s} S={r['S']:>6} T={r['T']} tier {r['tier']}: graph {r['graph_us']:6.1f} "
                            f"us, span {r.get('span_us') or float('nan'):6.1f}, plan {r['plan_us']:.1f}, loop "
                            f"{r.get('loop_min_us') or float('nan'):.1f}..{r.get('loop_max_us') or float('nan'):.1f}, "
-                           f"merge done +{r.get('merge_last_store_after_verify_us') or float('nan'):.1f}, start/store "
-                           f"corr {r.get('start_store_corr') or float('nan'):.2f}")
+                           f"store tail {r.get('store_tail_us') or float('nan'):.1f}, merge done "
+                           f"+{r.get('merge_last_store_after_verify_us') or float('nan'):.1f}, start/store corr "
+                           f"{r.get('start_store_corr') or float('nan'):.2f}, 2nd CTA per SM +"
+                           f"{r.get('second_cta_loop_excess_us') or float('nan'):.1f}")
     if "bench" in stages:
         lib = build.load()
         tiers = {str(t): {"rows_per_tile": rows, "smem_bytes": lib.mla_verify_tier_smem_bytes(t)}

@@ -3,7 +3,7 @@ in kernel.gpu_run --stages trace)."""
 import pytest
 
 from kernel import build
-from kernel.bench.trace import pearson, per_cta, phases
+from kernel.bench.trace import pearson, per_cta, phases, second_cta_excess
 
 
 def _verify_row(entry, planned, loop=0, done=0, stored=0):
@@ -26,6 +26,8 @@ def test_phases_of_a_traced_call():
     assert r["merge_waited_after_verify_us"] == pytest.approx(1.0)        # median of 0.5 and 1.5
     assert r["merge_last_store_after_verify_us"] == pytest.approx(4.0)
     assert r["span_us"] == pytest.approx(63.0)
+    assert r["working_launch_spread_us"] == pytest.approx(0.5)       # the item-less CTA is left out
+    assert r["store_tail_us"] == pytest.approx(2.5)                  # 60 after the median 57.5
     with pytest.raises(ValueError, match="verify"):
         phases([[0] * 8], merge)
 
@@ -48,3 +50,11 @@ def test_start_store_correlation_and_per_cta_rows():
     assert pearson([1.0, 1.0], [2.0, 3.0]) is None
     with pytest.raises(ValueError, match="xs, ys"):
         pearson([1.0], [1.0])
+
+
+def test_second_cta_on_an_sm_runs_longer():
+    rows = [[0, 0.0, 1.0, 41.0, 42.0], [1, 0.0, 1.0, 43.0, 44.0],     # dispatched first on their SMs
+            [2, 0.1, 1.1, 47.1, 48.0], [3, 0.1, 1.1, 45.1, 46.0],     # dispatched second
+            [4, 0.1, 1.1, 30.1, 31.0]]                                # the short last split: left out
+    assert second_cta_excess(rows, 2) == pytest.approx(4.0)           # 45 against 41 us
+    assert second_cta_excess(rows, 8) is None

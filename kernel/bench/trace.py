@@ -7,8 +7,9 @@ medians over REPS replays of: the verify kernel's launch spread, plan, prologue,
 median and slowest CTA: the tail), epilogue; the merge's start, wait, loop and end after the
 last verify CTA ended; and the whole span from the first CTA's entry to the merge's last store,
 next to the graph-replayed time of the same call; whether the CTAs that start last also store
-last (the correlation of their start and store times), and every working CTA's times of the
-last replay. Times in us; the timer ticks every ~32 ns.
+last (the correlation of their start and store times), the last store after the median one, how
+much longer the loops of the CTAs dispatched second on an SM run, and every working CTA's times
+of the last replay. Times in us; the timer ticks every ~32 ns.
 """
 from __future__ import annotations
 
@@ -64,6 +65,11 @@ def phases(verify: list[list[int]], merge: list[list[int]]) -> dict:
             end = max(end, max(r[3] for r in m))
         out["span_us"] = us(end - t0)
         starts, stores = [r[0] for r in work], [r[4] for r in work]
+        # the CTAs with work (item-less ones start late and return at once: no cost)
+        out["working_launch_spread_us"] = us(max(starts) - min(starts))
+        # the tail the merge waits for: the last store after the median one (the shortest split,
+        # the request's last, stores early and is left out of this by the median)
+        out["store_tail_us"] = us(max(stores) - _med(stores))
         # is the tail the launch order (late starters end late) or the CTAs' own speed?
         out["start_store_corr"] = pearson(starts, stores)
         out["entry_to_store_min_us"] = us(min(b - a for a, b in zip(starts, stores)))
@@ -80,6 +86,18 @@ def pearson(xs: list[float], ys: list[float]) -> float | None:
     sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
     sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
     return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else None
+
+
+def second_cta_excess(rows: list[list[float]], sms: int) -> float | None:
+    """Mean loop (us) of the CTAs past the first `sms` (a second CTA on an SM, by dispatch order)
+    minus that of the first `sms`, from per_cta rows; the request's last split (shorter) is left
+    out. None with one CTA per SM."""
+    body = rows[:-1]
+    first = [r[3] - r[2] for r in body if r[0] < sms]
+    second = [r[3] - r[2] for r in body if r[0] >= sms]
+    if not first or not second:
+        return None
+    return sum(second) / len(second) - sum(first) / len(first)
 
 
 def per_cta(verify: list[list[int]]) -> list[list[float]]:
@@ -126,6 +144,7 @@ def run() -> dict:
         reps = reps[1:]
         row = {"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": pool, "graph_us": graph_us, "reps": REPS,
                "per_cta_last_replay": per_cta(block(0))}
+        row["second_cta_loop_excess_us"] = second_cta_excess(row["per_cta_last_replay"], sms)
         for k in reps[0]:
             vals = [r[k] for r in reps if r.get(k) is not None]   # medians over the replays
             row[k] = _med(vals) if vals else None
