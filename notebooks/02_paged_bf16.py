@@ -453,7 +453,9 @@ if micro is not None and len(ladder_docs) > 1:
 #   of every thread block records the GPU's global timer at fixed points: its start, the
 #   schedule planned, the first tile in, the loop done, the result stored; and for the merge,
 #   its start, the end of its wait for the verify kernel, and its store. One call, replayed
-#   alone in a CUDA graph, median of 5 replays.
+#   alone in a CUDA graph, median of 5 replays. The request's last split is shorter than the
+#   others, so the loops' minimum is that split's; the tail the merge waits for is the last
+#   store after the median one.
 
 # %%
 if fixed is None and trace is None:
@@ -469,13 +471,16 @@ if trace is not None:
     t1 = data.select(tf, pool=data.BF16_KV, T=1, S=data.CENTRE["S"])
     if not t1.empty:
         r = t1.iloc[0]
+        second = ("" if pd.isna(r["second_cta_us"]) else
+                  f" (the blocks dispatched second on an SM loop {r['second_cta_us']:.1f} us longer on average)")
         display(Markdown(
-            f"`{Path(trace['_path']).name}`: at S = {int(r['S']):,}, T = 1 the last thread block starts "
-            f"{r['launch_spread_us']:.1f} us after the first, planning takes {r['plan_us']:.1f} us and the "
-            f"first tile arrives {r['prologue_us']:.1f} us later; the blocks' loops take "
-            f"{r['loop_min_us']:.1f} to {r['loop_max_us']:.1f} us, so their results land over "
-            f"**{r['store_spread_us']:.1f} us**, and the merge ends {r['merge_after_us']:.1f} us after the "
-            f"last of them ({r['span_us']:.1f} us traced, {r['graph_us']:.1f} us graph-replayed)."))
+            f"`{Path(trace['_path']).name}`: at S = {int(r['S']):,}, T = 1 the thread blocks with work all "
+            f"start within {r['launch_spread_us']:.1f} us, planning takes {r['plan_us']:.1f} us and the "
+            f"first tile arrives {r['prologue_us']:.1f} us later; the loops take {r['loop_median_us']:.1f} us "
+            f"at the median and up to {r['loop_max_us']:.1f}{second}, so the last result lands "
+            f"**{r['store_tail_us']:.1f} us** after the median one, and the merge ends "
+            f"{r['merge_after_us']:.1f} us after that ({r['span_us']:.1f} us traced, "
+            f"{r['graph_us']:.1f} us graph-replayed)."))
     display(figures.table(tf, {"S": "{:,}", **{c: "{:,.1f}" for c in tf.columns if c.endswith("_us")}},
                           "Phases of one call, us (diagnostic build, sm_90)"))
 

@@ -557,19 +557,21 @@ def fixed_cost_frame(doc: dict) -> pd.DataFrame:
 
 
 def trace_frame(doc: dict) -> pd.DataFrame:
-    """A trace file's rows (kernel/bench/trace.py), one per shape and pool, in us: the verify
-    kernel's launch spread (last CTA's start after the first's), schedule, prologue, the CTAs'
-    loops (shortest, median, longest), the spread of their stores, the merge's last store after
-    the verify kernel's last, and the traced span beside the graph-replayed time of the call."""
+    """A trace file's rows (kernel/bench/trace.py), one per shape and pool, in us: the launch
+    spread of the CTAs with work (of all CTAs in files before 18:00 on 2026-12-01), schedule,
+    prologue, the CTAs' loops (shortest, median, longest), how much longer the loops of the CTAs
+    dispatched second on an SM run, the last store after the median one, the merge's last store
+    after the verify kernel's last, and the traced span beside the graph-replayed time."""
     rows = []
     for r in doc["rows"]:
-        spread = (r["last_store_us"] - r["first_store_us"]) if r.get("last_store_us") is not None else None
         rows.append({"pool": r["kv_dtype"], "S": r["S"], "T": r["T"], "H": r["H"], "tile": tier_name(r["tier"]),
                      "graph_us": r["graph_us"], "span_us": r.get("span_us"),
-                     "launch_spread_us": r["verify_launch_spread_us"], "plan_us": r["plan_us"],
-                     "prologue_us": r.get("prologue_us"), "loop_min_us": r.get("loop_min_us"),
-                     "loop_median_us": r.get("loop_median_us"), "loop_max_us": r.get("loop_max_us"),
-                     "store_spread_us": spread, "merge_after_us": r.get("merge_last_store_after_verify_us")})
+                     "launch_spread_us": r.get("working_launch_spread_us", r["verify_launch_spread_us"]),
+                     "plan_us": r["plan_us"], "prologue_us": r.get("prologue_us"),
+                     "loop_min_us": r.get("loop_min_us"), "loop_median_us": r.get("loop_median_us"),
+                     "loop_max_us": r.get("loop_max_us"), "second_cta_us": r.get("second_cta_loop_excess_us"),
+                     "store_tail_us": r.get("store_tail_us"),
+                     "merge_after_us": r.get("merge_last_store_after_verify_us")})
     return pd.DataFrame(rows)
 
 

@@ -91,10 +91,11 @@ COLUMNS = {
     # a call's fixed cost and phases (kernel/bench/fixed_cost.py, kernel/bench/trace.py)
     "pool": "KV pool", "part": "what is timed", "intercept_us": "fixed cost (intercept), us",
     "marginal_gbps": "marginal KV rate, GB/s", "graph_us": "call, graph-replayed, us",
-    "span_us": "traced span, us", "launch_spread_us": "last block starts after the first, us",
+    "span_us": "traced span, us", "launch_spread_us": "last working block starts after the first, us",
     "plan_us": "schedule, us", "prologue_us": "until the first tile is in, us",
     "loop_min_us": "shortest loop, us", "loop_median_us": "median loop, us", "loop_max_us": "longest loop, us",
-    "store_spread_us": "spread of the blocks' stores, us", "merge_after_us": "merge ends after the last store, us",
+    "second_cta_us": "second block on an SM loops longer by, us",
+    "store_tail_us": "last store after the median one, us", "merge_after_us": "merge ends after the last store, us",
 }
 # The sm_120 model's assumption keys (micro JSON "sm120_estimate.assumptions") as the unit after
 # the value; a key not listed is shown as key = value.
