@@ -61,10 +61,6 @@ cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int 
   cudaError_t err = allow_smem(kernel, smem, dev, done);
   if (err != cudaSuccess) return err;
   const int per_sm = blocks_per_sm(kernel, smem, dev, occ);
-  p.first_wave = p.target_ctas;
-  // two CTAs per SM at 8 rows: the second on each SM measured 3.6 % (bf16) and 15 % (fp8)
-  // slower per tile (trace-h200-20261201T1804.json), so its splits are that much shorter
-  if (NT == 1 && per_sm >= 2) p.skew = FP8 ? 0.14f : 0.035f;
   p.target_ctas *= per_sm < CAP_MULT / 2 ? per_sm : CAP_MULT / 2;
   p.part_cap = 2 * p.target_ctas;
   kernel<<<grid_for(8 * NT, p.target_ctas, num_tokens, p.H, bs), NTHREADS, smem, st>>>(p);
@@ -211,8 +207,6 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   p.kv8 = kv_fp8 ? static_cast<const uint8_t*>(kv) : nullptr;
   p.kscale_log2 = sm_scale * (kv_fp8 ? k_scale : 1.f) * LOG2E;
   p.v_scale = kv_fp8 ? v_scale : 1.f;
-  p.skew = 0.f;                    // equal splits; the small tier's 8-row copies set their own
-  p.first_wave = target_ctas;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);

@@ -74,10 +74,6 @@ struct Params {
   const uint8_t* kv8;            // pool rows as e4m3 bytes, stride kv_stride bytes
   float kscale_log2;             // sm_scale * k_scale * log2(e): the prefix logits
   float v_scale;                 // multiplies the prefix part of P.V (applied to P)
-  // split sizes by dispatch order (plan_item): with two CTAs per SM, the CTAs past the first
-  // `first_wave` (the second on each SM) get splits shorter by the fraction `skew`; 0: equal splits
-  float skew;
-  int first_wave;
 };
 
 __device__ __forceinline__ long long ld_index(const void* p, int is64, long long i) {
@@ -322,27 +318,8 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
       int local = me - item_excl;
       int split = local / nrt, rt = local % nrt;
       found[0] = b; found[1] = rt; found[2] = split; found[3] = ns; found[4] = nrt;
-      if (p.skew > 0.f && nrt == 1 && ns > 1) {
-        // the trace (kernel/bench/trace.py) has the second CTA on each SM looping longer than the
-        // first at T = 1 (bf16 3.6 %, fp8 15 %), so the SM ends with one CTA; weigh the splits by
-        // dispatch order instead (item g = item_excl + split weighs 1, or 1 - skew from first_wave
-        // on). The same monotone formula gives every boundary, so the splits still tile [0, L).
-        auto weight_to = [&](int k) {
-          const int a = max(0, min(k, p.first_wave - item_excl));
-          return (float)a + (1.f - p.skew) * (float)(k - a);
-        };
-        const float total = weight_to(ns);
-        auto bound = [&](int k) -> int {
-          if (k >= ns) return (int)L;
-          const long long q = (long long)((float)L * (weight_to(k) / total)) / BN * BN;
-          return (int)min(L, q);
-        };
-        found[5] = split == 0 ? 0 : bound(split);
-        found[6] = bound(split + 1);
-      } else {
-        found[5] = split * chunk_b;
-        found[6] = (int)min(L, (long long)(split + 1) * chunk_b);
-      }
+      found[5] = split * chunk_b;
+      found[6] = (int)min(L, (long long)(split + 1) * chunk_b);
       found[7] = (int)S; found[8] = (int)T; found[9] = (int)qo0;
       found[10] = ns > 1 ? part_excl + local : -1;
       long long m0 = p.mask ? ld_index(p.mask_indptr, p.mask_indptr_64, b) : 0;
