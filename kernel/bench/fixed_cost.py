@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from ..inputs import make_case
 from ..ops import get_workspace, launch, pick_tier
+from .micro import MODE_NO_MERGE, shape_case
 from .sweeps import FP8_KV, KV_DTYPE_NAMES, traffic
 from .timing import log, time_calls
 
-MODE_NO_MERGE = 4
 S_POINTS = (128, 1024, 4096, 16384, 65536, 131072, 185000, 262144)
 FIT_FROM = 65536                     # every CTA's split is longer than the shortest from here on
 CASES = ((1, 8, "auto"), (8, 8, "auto"), (1, 8, FP8_KV), (8, 8, FP8_KV))   # (T, H, pool)
@@ -75,10 +74,7 @@ def run() -> dict:
         tier = pick_tier(H, T, 1, T, kv_fp8=kv == FP8_KV)
         pts = []
         for S in S_POINTS:
-            case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25,
-                             kv_dtype=kv)
-            o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
-            lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
+            case, o, lse = shape_case(S, T, H, kv)
             call = lambda mode: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode,
                                        tier=tier, **case.kwargs())
             full = time_calls([lambda: call(0)]) * 1e3

@@ -44,6 +44,17 @@ FP8_SHAPES = ((185000, 1, 8, (1, 6)), (185000, 2, 8, (2, 6)), (185000, 4, 8, (6,
               (185000, 16, 8, (4, 8)), (185000, 32, 8, (4, 8)))
 
 
+def shape_case(S: int, T: int, H: int, kv_dtype: str = "auto"):
+    """The microbenchmarks' one-request case at (S, T, H) on a CUDA pool ("auto": bf16, or
+    "fp8_e4m3"; page 1 scattered, a ddtree, seed 77) and its outputs: (case, o [N, H, 512]
+    bf16, lse [N, H] fp32). Also the fixed-cost and trace stages' case."""
+    case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25,
+                     kv_dtype=kv_dtype)
+    o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
+    return case, o, lse
+
+
 def sm_clock_mhz() -> dict:
     """The SM clock nvidia-smi reports now and its maximum (MHz); None where unreadable."""
     try:
@@ -73,9 +84,7 @@ def parts(mhz: float) -> list[dict]:
     ws = get_workspace("cuda")
     out = []
     for S, T, H in ((185000, 8, 8), (185000, 32, 8)):
-        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25)
-        o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
-        lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
+        case, o, lse = shape_case(S, T, H)
         for tier in (8, 6):
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
             for name, bits in PARTS.items():
@@ -97,10 +106,7 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
     rows = parts(mhz) if "parts" in stages else []
     shapes = [(sh, "auto") for sh in SHAPES] + [(sh, FP8_KV) for sh in FP8_SHAPES]
     for (S, T, H, tiers), kv in (shapes if stages & {"stream", "mma", "full"} else ()):
-        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25,
-                         kv_dtype=kv)
-        o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
-        lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
+        case, o, lse = shape_case(S, T, H, kv)
         kv_bytes = traffic([S], T, H, kv)["kv_bytes"]
         pool = KV_DTYPE_NAMES[kv]
 

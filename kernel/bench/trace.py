@@ -19,8 +19,8 @@ import statistics
 import torch
 
 from .. import build
-from ..inputs import make_case
 from ..ops import launch, pick_tier
+from .micro import shape_case
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import capture_graph, log, time_calls
 
@@ -121,10 +121,7 @@ def run() -> dict:
     for S, T, H, kv in CASES:
         pool = KV_DTYPE_NAMES[kv]
         tier = pick_tier(H, T, 1, T, kv_fp8=kv == FP8_KV)
-        case = make_case([S], [T], H, tree="ddtree", layout="scattered", seed=77, device="cuda", slack=0.25,
-                         kv_dtype=kv)
-        o = torch.empty(case.q.shape[0], H, 512, dtype=torch.bfloat16, device="cuda")
-        lse = torch.empty(case.q.shape[0], H, dtype=torch.float32, device="cuda")
+        case, o, lse = shape_case(S, T, H, kv)
         call = lambda: launch(*case.args(), o, lse, ws, sms, 64, tier=tier, lib=lib, **case.kwargs())
         graph_us = time_calls([call]) * 1e3
         g = capture_graph(call)
