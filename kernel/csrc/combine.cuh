@@ -5,8 +5,8 @@
 // loaded with its 8 columns of O, into an online sum rescaled to its running max; the CTA
 // adds up the threads' sums at the end. (The first version read every LSE in a pass of its
 // own before any O: one more round of L2 latency and two barriers.) Requests of few rows
-// (tiers of 8 and 16 rows: T = 1, 2) have few CTAs per split, so their rows take 8 slices
-// of 64 columns, others 4 of 128. Rows of requests with a single split were written by the
+// (tiers of 8 and 16 rows: T = 1, 2) have few merge CTAs for their many splits, so their rows
+// take 8 slices of 64 columns, others 4 of 128. Rows of requests with a single split were written by the
 // main kernel.
 #pragma once
 #include "verify_common.cuh"

@@ -195,30 +195,6 @@ __device__ __forceinline__ void named_bar(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Exclusive block-wide scan of one int per thread (THREADS threads); returns the total.
-template <int THREADS = NTHREADS>
-__device__ __forceinline__ int block_excl_scan(int v, int& excl, int* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) scratch[warp] = x;
-  __syncthreads();
-  int wsum = 0, total = 0;
-#pragma unroll
-  for (int w = 0; w < THREADS / 32; ++w) {
-    int s = scratch[w];
-    if (w < warp) wsum += s;
-    total += s;
-  }
-  excl = wsum + x - v;
-  __syncthreads();
-  return total;
-}
-
 struct Item {
   int b, rt, split, ns, nrt;
   int p0, p1;          // KV positions [p0, p1) of this split (prefix then draft)
@@ -226,7 +202,7 @@ struct Item {
   long long kv0, m0;   // kv_indptr[b], mask_indptr[b]
 };
 
-// Every CTA derives the whole schedule from the sequence lengths (a few microseconds, no
+// Every CTA derives the whole schedule from the sequence lengths (under 2 us, no
 // extra launch) and picks its own item. Returns false when this CTA has no work.
 // A request's T_b * H query rows form nrt_b = ceil(T_b * H / BMR) row tiles. Splits: with
 // U = sum_b nrt_b, chunk = max(MIN_CHUNK, ceil(sum_b nrt_b * L_b / (target - U))) tokens
@@ -234,97 +210,103 @@ struct Item {
 // wave (a second, nearly empty wave would double the time). Items are ordered (request,
 // split, row tile) so that the row tiles reading the same KV range run side by side and
 // share it through L2. `smem_i` needs 64 ints. THREADS: the block size (a multiple of 32, <= 256).
+// Its cost is latency: one round trip to global memory for the indptr pairs (pass 1 loads
+// them all at once; passes 2 and 3 find them in L1), the item's mask offset (its finder only:
+// loading it in pass 1 cost rows32d_fp8 12 bytes of spills on sm_120), three CTA barriers,
+// 32-bit divisions wherever the values fit.
 template <int BMR, int THREADS = NTHREADS>
 __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   constexpr int W = THREADS / 32;
+  static_assert(W <= 8, "plan_item's scratch holds 8 warps");
   MLAV_TRACE_AT(TRACE_VERIFY, 0);
-  const int tid = threadIdx.x;
-  int* scratch = smem_i;                       // [W]
-  long long* red = reinterpret_cast<long long*>(smem_i + 16);  // [W]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int* nrt_w = smem_i;                                          // [8] row tiles per warp
+  long long* work_w = reinterpret_cast<long long*>(smem_i + 8);   // [8] work per warp
+  long long* scan_w = reinterpret_cast<long long*>(smem_i + 24);  // [8] packed (items, parts)
+  int* found = smem_i + 40;                                     // 24 ints: the item
   const int per = (p.bs + THREADS - 1) / THREADS;
   const int b0 = tid * per, b1 = min(p.bs, b0 + per);
-  // pass 1: total work
+  struct Req { long long kv0, qo0; int S, T; };
+  auto load_req = [&](int b) {
+    Req r;
+    r.kv0 = ld_index(p.kv_indptr, p.kv_indptr_64, b);
+    r.qo0 = ld_index(p.qo_indptr, p.qo_indptr_64, b);
+    r.S = (int)(ld_index(p.kv_indptr, p.kv_indptr_64, b + 1) - r.kv0);
+    r.T = (int)(ld_index(p.qo_indptr, p.qo_indptr_64, b + 1) - r.qo0);
+    return r;
+  };
+  auto row_tiles = [&](const Req& r) { return (int)(((long long)r.T * p.H + BMR - 1) / BMR); };
+  if (tid == 0) found[0] = -1;
+  // pass 1: total work and row tiles, one barrier
   long long work = 0;
   int nrt_sum = 0;
   for (int b = b0; b < b1; ++b) {
-    long long S = ld_index(p.kv_indptr, p.kv_indptr_64, b + 1) - ld_index(p.kv_indptr, p.kv_indptr_64, b);
-    long long T = ld_index(p.qo_indptr, p.qo_indptr_64, b + 1) - ld_index(p.qo_indptr, p.qo_indptr_64, b);
-    long long nrt = (T * p.H + BMR - 1) / BMR;
-    work += nrt * (S + T);
-    nrt_sum += (int)nrt;
+    const Req r = load_req(b);
+    const int nrt = row_tiles(r);
+    work += (long long)nrt * (r.S + r.T);
+    nrt_sum += nrt;
   }
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) work += __shfl_xor_sync(0xffffffffu, work, o);
-  if ((tid & 31) == 0) red[tid >> 5] = work;
-  __syncthreads();
-  long long total = 0;
-#pragma unroll
-  for (int w = 0; w < W; ++w) total += red[w];
-  __syncthreads();
-  // sum of row tiles: every request rounds its split count up, at most one extra item per
-  // row tile, so aiming at (target - U) items keeps the whole schedule within one wave
-  if ((tid & 31) == 0) scratch[tid >> 5] = 0;
-  __syncthreads();
-  atomicAdd(&scratch[tid >> 5], nrt_sum);
-  __syncthreads();
-  long long U = 0;
-#pragma unroll
-  for (int w = 0; w < W; ++w) U += scratch[w];
-  __syncthreads();
-  long long chunk;
-  if (U < p.target_ctas) {
-    long long aim = p.target_ctas - U;
-    chunk = (total + aim - 1) / aim;
-  } else {
-    chunk = 1LL << 40;   // more row tiles than CTAs: one split per request, whole waves
+  for (int o = 16; o > 0; o >>= 1) {
+    work += __shfl_xor_sync(0xffffffffu, work, o);
+    nrt_sum += __shfl_xor_sync(0xffffffffu, nrt_sum, o);
   }
-  if (chunk < MIN_CHUNK) chunk = MIN_CHUNK;
-  chunk = (chunk + BN - 1) / BN * BN;
-  // pass 2: items and partial slots per request, exclusive scans
-  int items = 0, parts = 0;
+  if (lane == 0) { work_w[warp] = work; nrt_w[warp] = nrt_sum; }
+  __syncthreads();
+  long long total = 0, U = 0;
+#pragma unroll
+  for (int w = 0; w < W; ++w) { total += work_w[w]; U += nrt_w[w]; }
+  // every request rounds its split count up, at most one extra item per row tile, so aiming
+  // at (target - U) items keeps the whole schedule within one wave
+  long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U)
+                                        : (1LL << 40);   // more row tiles than CTAs: one split each
+  if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
+  // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
+  // per-request divisions 32-bit
+  const unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
+  auto splits = [&](const Req& r, int nrt) { return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0; };
+  // pass 2: items and partial slots per request, one packed exclusive scan, one barrier
+  long long packed = 0;                        // items << 32 | parts; each stays below 2^31
   for (int b = b0; b < b1; ++b) {
-    long long S = ld_index(p.kv_indptr, p.kv_indptr_64, b + 1) - ld_index(p.kv_indptr, p.kv_indptr_64, b);
-    long long T = ld_index(p.qo_indptr, p.qo_indptr_64, b + 1) - ld_index(p.qo_indptr, p.qo_indptr_64, b);
-    int nrt = (int)((T * p.H + BMR - 1) / BMR);
-    int ns = nrt ? (int)((S + T + chunk - 1) / chunk) : 0;
-    items += nrt * ns;
-    parts += ns > 1 ? nrt * ns : 0;
+    const Req r = load_req(b);
+    const int nrt = row_tiles(r), ns = splits(r, nrt);
+    packed += ((long long)(nrt * ns) << 32) | (unsigned)(ns > 1 ? nrt * ns : 0);
   }
-  int item_excl, part_excl;
-  block_excl_scan<THREADS>(items, item_excl, scratch);
-  block_excl_scan<THREADS>(parts, part_excl, scratch);
-  // pass 3: the thread whose requests hold this CTA's item publishes it
-  int* found = smem_i + 48;                    // 16 ints
-  if (tid == 0) found[0] = -1;
+  long long incl = packed;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const long long y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) scan_w[warp] = incl;
   __syncthreads();
+  long long excl = incl - packed;
+#pragma unroll
+  for (int w = 0; w < W; ++w) excl += w < warp ? scan_w[w] : 0;
+  int item_excl = (int)(excl >> 32), part_excl = (int)(excl & 0xffffffffLL);
+  // pass 3: the thread whose requests hold this CTA's item publishes it
   const int me = blockIdx.x;
   for (int b = b0; b < b1; ++b) {
-    long long kv0 = ld_index(p.kv_indptr, p.kv_indptr_64, b);
-    long long S = ld_index(p.kv_indptr, p.kv_indptr_64, b + 1) - kv0;
-    long long qo0 = ld_index(p.qo_indptr, p.qo_indptr_64, b);
-    long long T = ld_index(p.qo_indptr, p.qo_indptr_64, b + 1) - qo0;
-    long long L = S + T;
-    int nrt = (int)((T * p.H + BMR - 1) / BMR);
-    int ns = nrt ? (int)((L + chunk - 1) / chunk) : 0;
-    int chunk_b = ns ? (int)(((L + ns - 1) / ns + BN - 1) / BN * BN) : 0;
+    const Req r = load_req(b);
+    const int L = r.S + r.T, nrt = row_tiles(r), ns = splits(r, nrt);
+    const int chunk_b = ns ? (int)(((unsigned)L + ns - 1) / ns + BN - 1) / BN * BN : 0;
     if (blockIdx.x == 0) {
       p.table[4 * b + 0] = ns;
       p.table[4 * b + 1] = nrt;
       p.table[4 * b + 2] = ns > 1 ? part_excl : -1;
       p.table[4 * b + 3] = chunk_b;
     }
-    int n_items = nrt * ns;
+    const int n_items = nrt * ns;
     if (me >= item_excl && me < item_excl + n_items) {
-      int local = me - item_excl;
-      int split = local / nrt, rt = local % nrt;
+      const int local = me - item_excl;
+      const int split = local / nrt, rt = local - split * nrt;
       found[0] = b; found[1] = rt; found[2] = split; found[3] = ns; found[4] = nrt;
       found[5] = split * chunk_b;
-      found[6] = (int)min(L, (long long)(split + 1) * chunk_b);
-      found[7] = (int)S; found[8] = (int)T; found[9] = (int)qo0;
+      found[6] = min(L, (split + 1) * chunk_b);
+      found[7] = r.S; found[8] = r.T; found[9] = (int)r.qo0;
       found[10] = ns > 1 ? part_excl + local : -1;
-      long long m0 = p.mask ? ld_index(p.mask_indptr, p.mask_indptr_64, b) : 0;
-      reinterpret_cast<long long*>(found + 12)[0] = kv0;   // 8-byte aligned (smem_i + 60)
-      reinterpret_cast<long long*>(found + 12)[1] = m0;
+      reinterpret_cast<long long*>(found + 12)[0] = r.kv0;   // 8-byte aligned (smem_i + 52)
+      reinterpret_cast<long long*>(found + 12)[1] = p.mask ? ld_index(p.mask_indptr, p.mask_indptr_64, b) : 0;
     }
     item_excl += n_items;
     part_excl += ns > 1 ? n_items : 0;
