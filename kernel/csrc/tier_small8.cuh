@@ -240,7 +240,7 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     auto step = [&](int kk, const uint32_t (&a)[4]) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        mma16816_f16(s[kk % CH][nt], a, qb[kk][nt][0], qb[kk][nt][1]);
+        mma16816<true>(s[kk % CH][nt], a, qb[kk][nt][0], qb[kk][nt][1]);
       }
     };
     if constexpr (!DRAFT) {
@@ -438,13 +438,8 @@ __device__ __forceinline__ void small8_body(const Params& p) {
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            if constexpr (pref) {
-              mma16816_f16(acc[2 * grp][nt], fa, pb[nt][0], pb[nt][1]);
-              mma16816_f16(acc[2 * grp + 1][nt], fb, pb[nt][0], pb[nt][1]);
-            } else {
-              mma16816(acc[2 * grp][nt], fa, pb[nt][0], pb[nt][1]);
-              mma16816(acc[2 * grp + 1][nt], fb, pb[nt][0], pb[nt][1]);
-            }
+            mma16816<pref>(acc[2 * grp][nt], fa, pb[nt][0], pb[nt][1]);
+            mma16816<pref>(acc[2 * grp + 1][nt], fb, pb[nt][0], pb[nt][1]);
           }
         }
       }
