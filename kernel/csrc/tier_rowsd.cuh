@@ -27,6 +27,7 @@
 // 8r .. 8r + 7). k_scale folds into the prefix logits' scale and v_scale into the prefix P (l
 // sums the unscaled P).
 #pragma once
+#include "slot_window.cuh"
 #include "verify_common.cuh"
 
 namespace mlav {
@@ -119,26 +120,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // ---- KV producer: thread -> token tid / TPT of a tile, 16-byte chunks (tid % TPT) + TPT i
   const int ld_tok = tid / TPT, ld_lane = tid % TPT;
   const int n_tiles = (it.p1 - it.p0 + BN - 1) / BN;
-  auto slot_of = [&](int tile) -> long long {      // direct load: the prologue's first tiles only
-    int pos = it.p0 + tile * BN + ld_tok;
-    if (tile >= n_tiles || pos >= it.p1 || pos >= it.S) return -1;
-    return p.kv_indices ? ld_index(p.kv_indices, p.kv_indices_64, it.kv0 + pos) : it.kv0 + pos;
-  };
-  const int isz = p.kv_indices_64 ? 8 : 4;
-  auto copy_index = [&](int tile) {
-    int pos = it.p0 + tile * BN + ld_tok;
-    if (ld_lane != 0 || !p.kv_indices || tile >= n_tiles || pos >= it.p1 || pos >= it.S) return;
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (it.kv0 + pos) * isz;
-    uint32_t dst = smem_u32(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
-    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
-  };
-  auto window_slot = [&](int tile) -> long long {
-    int pos = it.p0 + tile * BN + ld_tok;
-    if (!p.kv_indices) return it.kv0 + pos;
-    const uint8_t* e = idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8;
-    return isz == 8 ? *reinterpret_cast<const long long*>(e) : (long long)*reinterpret_cast<const int*>(e);
-  };
+  const SlotWindow<BN, IDX_WIN> ids{p, it, idx_win, ld_tok, ld_lane, n_tiles, it.p1, it.S};
   auto load_tile = [&](int tile, long long slot) {
     int pos = it.p0 + tile * BN + ld_tok;
     const __nv_bfloat16* src = nullptr;
@@ -195,9 +177,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // prologue: tiles 0 .. AHEAD - 1 before anything else; the index window for the next IDX_AHEAD
 #pragma unroll
   for (int t = 0; t < AH; ++t) {
-    if (loads && t < n_tiles) load(t, slot_of(t));
+    if (loads && t < n_tiles) load(t, ids.slot_of(t));
     if (t == 0 && loads)
-      for (int k = AH; k < AH + IDX_AHEAD; ++k) copy_index(k);
+      for (int k = AH; k < AH + IDX_AHEAD; ++k) ids.copy_index(k);
     cp_async_commit();
   }
   if constexpr (FP8) {                                    // tile 0 in bf16 before the loop's barrier
@@ -387,8 +369,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     // tile j - 2's bf16 stage, last read by PV(j - 2), takes tile j + 1)
     __syncthreads();
     if (loads) {
-      if (j + AH < n_tiles) load(j + AH, window_slot(j + AH));
-      copy_index(j + AH + IDX_AHEAD);
+      if (j + AH < n_tiles) load(j + AH, ids.window_slot(j + AH));
+      ids.copy_index(j + AH + IDX_AHEAD);
     }
     cp_async_commit();
     if constexpr (FP8) if (!late && j + 1 < n_tiles) widen(j + 1);

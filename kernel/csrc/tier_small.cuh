@@ -17,6 +17,7 @@
 // host sizes the schedule from the occupancy it measures.
 // SGLang's fp8_e4m3 pool has its own copy of this tier (tier_small8.cuh).
 #pragma once
+#include "slot_window.cuh"
 #include "verify_common.cuh"
 
 namespace mlav {
@@ -73,28 +74,7 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
   // ---- KV producer: thread -> token tid / 16 of a tile, 16-byte chunks (tid % 16) + 16 i
   const int ld_tok = tid >> 4, ld_lane = tid & 15;
   const int n_tiles = (it.p1 - it.p0 + BN - 1) / BN;
-  auto slot_of = [&](int tile) -> long long {      // direct load: the prologue's first tiles only
-    int pos = it.p0 + tile * BN + ld_tok;
-    if (tile >= n_tiles || pos >= it.p1 || pos >= it.S) return -1;
-    return p.kv_indices ? ld_index(p.kv_indices, p.kv_indices_64, it.kv0 + pos) : it.kv0 + pos;
-  };
-  // one thread per token copies its slot id into the window; read back IDX_AHEAD tiles later,
-  // after a wait_group and a CTA barrier have passed in between
-  const int isz = p.kv_indices_64 ? 8 : 4;
-  auto copy_index = [&](int tile) {
-    int pos = it.p0 + tile * BN + ld_tok;
-    if (ld_lane != 0 || !p.kv_indices || tile >= n_tiles || pos >= it.p1 || pos >= it.S) return;
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (it.kv0 + pos) * isz;
-    uint32_t dst = smem_u32(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
-    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
-  };
-  auto window_slot = [&](int tile) -> long long {
-    int pos = it.p0 + tile * BN + ld_tok;
-    if (!p.kv_indices) return it.kv0 + pos;
-    const uint8_t* e = idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8;
-    return isz == 8 ? *reinterpret_cast<const long long*>(e) : (long long)*reinterpret_cast<const int*>(e);
-  };
+  const SlotWindow<BN, IDX_WIN> ids{p, it, idx_win, ld_tok, ld_lane, n_tiles, it.p1, it.S};
   auto row_src = [&](int tile, long long slot) -> const __nv_bfloat16* {
     int pos = it.p0 + tile * BN + ld_tok;
     if (tile >= n_tiles || pos >= it.p1) return nullptr;
@@ -124,9 +104,9 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
   // window for tiles 3 .. 2 + IDX_AHEAD rides in the first group
 #pragma unroll
   for (int t = 0; t < 3; ++t) {
-    if (loads && t < n_tiles) load_tile(t, slot_of(t));
+    if (loads && t < n_tiles) load_tile(t, ids.slot_of(t));
     if (t == 0 && loads)
-      for (int k = 3; k < 3 + IDX_AHEAD; ++k) copy_index(k);
+      for (int k = 3; k < 3 + IDX_AHEAD; ++k) ids.copy_index(k);
     cp_async_commit();
   }
 
@@ -203,8 +183,8 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
     __syncthreads();                                      // barrier 1: xs(j) complete, PV(j-1) done
     if (loads) {
       const int jn = j + 3;                               // refill the stage PV(j-1) released
-      if (jn < n_tiles) load_tile(jn, window_slot(jn));
-      copy_index(jn + IDX_AHEAD);
+      if (jn < n_tiles) load_tile(jn, ids.window_slot(jn));
+      ids.copy_index(jn + IDX_AHEAD);
     }
     cp_async_commit();
     if (math) {

@@ -28,6 +28,7 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include "slot_window.cuh"
 #include "verify_common.cuh"
 
 namespace mlav {
@@ -131,26 +132,7 @@ __device__ __forceinline__ void small8_body(const Params& p) {
 
   // ---- KV producer: thread -> token tid / 8 of a tile, 16-byte chunks (tid % 8) + 8 i
   const int ld_tok = tid >> 3, ld_lane = tid & 7;
-  auto slot_of = [&](int tile) -> long long {      // direct load: the prologue's tiles only
-    const int pos = it.p0 + tile * BT + ld_tok;
-    if (tile >= n_main || pos >= pe) return -1;
-    return p.kv_indices ? ld_index(p.kv_indices, p.kv_indices_64, it.kv0 + pos) : it.kv0 + pos;
-  };
-  const int isz = p.kv_indices_64 ? 8 : 4;
-  auto copy_index = [&](int tile) {
-    const int pos = it.p0 + tile * BT + ld_tok;
-    if (ld_lane != 0 || !p.kv_indices || tile >= n_main || pos >= pe) return;
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (it.kv0 + pos) * isz;
-    const uint32_t dst = smem_u32(idx_win + ((tile % IDX_WIN) * BT + ld_tok) * 8);
-    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
-  };
-  auto window_slot = [&](int tile) -> long long {
-    const int pos = it.p0 + tile * BT + ld_tok;
-    if (!p.kv_indices) return it.kv0 + pos;
-    const uint8_t* e = idx_win + ((tile % IDX_WIN) * BT + ld_tok) * 8;
-    return isz == 8 ? *reinterpret_cast<const long long*>(e) : (long long)*reinterpret_cast<const int*>(e);
-  };
+  const SlotWindow<BT, IDX_WIN> ids{p, it, idx_win, ld_tok, ld_lane, n_main, pe, pe};
   // rows past pe are zero-filled: their logits are masked, so P = 0 there, and V must not be
   // NaN (0 * NaN), which a stale 0x7f byte is after the hardware convert
   auto load_tile = [&](int tile, long long slot) {
@@ -173,9 +155,9 @@ __device__ __forceinline__ void small8_body(const Params& p) {
   }
 #pragma unroll
   for (int t = 0; t < AH; ++t) {
-    if (loads && t < n_main) load_tile(t, slot_of(t));
+    if (loads && t < n_main) load_tile(t, ids.slot_of(t));
     if (t == 0 && loads)
-      for (int k = AH; k < AH + IDX_AHEAD; ++k) copy_index(k);
+      for (int k = AH; k < AH + IDX_AHEAD; ++k) ids.copy_index(k);
     cp_async_commit();
   }
 
@@ -319,8 +301,8 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     __syncthreads();                                      // barrier 1: xs(j) complete, PV(j-1) done
     if (loads) {
       const int jn = j + AH;                              // into the stage PV(j-1) released
-      if (jn < n_main) load_tile(jn, window_slot(jn));
-      copy_index(jn + IDX_AHEAD);
+      if (jn < n_main) load_tile(jn, ids.window_slot(jn));
+      ids.copy_index(jn + IDX_AHEAD);
     }
     cp_async_commit();
     constexpr bool pref = !DRAFT;

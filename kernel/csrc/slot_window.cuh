@@ -1,0 +1,49 @@
+// The slot-id window of the tiers that prefetch KV slot ids (included by tier_small.cuh,
+// tier_small8.cuh and tier_rowsd.cuh): one thread per token copies the token's slot id by
+// cp.async into a shared ring of WIN tiles; the tile's loads read it back IDX_AHEAD tiles later,
+// after a wait_group and a CTA barrier have passed in between, so that no register ever waits on
+// an index load.
+#pragma once
+#include "verify_common.cuh"
+
+namespace mlav {
+
+// TILE tokens a tile. A token has a slot id when its tile is below n and its position below
+// both end1 and end2 (p1 and S; small8, which has their minimum already, passes it twice).
+// The bounds are references, so rowsd reads its item's fields from shared memory where used, and
+// the test is one condition written out: with the test as a callable the tier passes in, nvcc
+// emitted different code (PTX and SASS) for every tier.
+template <int TILE, int WIN>
+struct SlotWindow {
+  const Params& p;
+  const Item& it;
+  uint8_t* win;      // [WIN][TILE] slot ids, 8 B each
+  int tok, lane;     // this thread's token of a tile; lane 0 of a token copies its id
+  int n;
+  const int& end1;
+  const int& end2;
+  int isz = p.kv_indices_64 ? 8 : 4;   // bytes of a slot id in kv_indices
+
+  // direct load: the prologue's first tiles only
+  __device__ __forceinline__ long long slot_of(int tile) const {
+    const int pos = it.p0 + tile * TILE + tok;
+    if (tile >= n || pos >= end1 || pos >= end2) return -1;
+    return p.kv_indices ? ld_index(p.kv_indices, p.kv_indices_64, it.kv0 + pos) : it.kv0 + pos;
+  }
+  __device__ __forceinline__ void copy_index(int tile) const {
+    const int pos = it.p0 + tile * TILE + tok;
+    if (lane != 0 || !p.kv_indices || tile >= n || pos >= end1 || pos >= end2) return;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (it.kv0 + pos) * isz;
+    const uint32_t dst = smem_u32(win + ((tile % WIN) * TILE + tok) * 8);
+    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+  }
+  __device__ __forceinline__ long long window_slot(int tile) const {
+    const int pos = it.p0 + tile * TILE + tok;
+    if (!p.kv_indices) return it.kv0 + pos;
+    const uint8_t* e = win + ((tile % WIN) * TILE + tok) * 8;
+    return isz == 8 ? *reinterpret_cast<const long long*>(e) : (long long)*reinterpret_cast<const int*>(e);
+  }
+};
+
+}  // namespace mlav
