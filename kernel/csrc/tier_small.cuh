@@ -18,6 +18,7 @@
 // SGLang's fp8_e4m3 pool has its own copy of this tier (tier_small8.cuh).
 #pragma once
 #include "slot_window.cuh"
+#include "small_softmax.cuh"
 #include "verify_common.cuh"
 
 namespace mlav {
@@ -214,25 +215,9 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
           }
           sv[i] = v;
         }
-        float mx = sv[0];
-#pragma unroll
-        for (int i = 1; i < TOK; ++i) mx = fmaxf(mx, sv[i]);
-#pragma unroll
-        for (int o = TPR / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const float m_new = fmaxf(m_run, mx);
-        // a row that has seen only masked keys keeps m = -inf; shift by 0 to avoid inf - inf
-        const float shift = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = exp2f(m_run - shift);
-        m_run = m_new;
-        float rs = 0.f;
-#pragma unroll
-        for (int i = 0; i < TOK; ++i) {
-          const float pv = exp2f(sv[i] - shift);
-          rs += pv;
-          ps[sr * BN + st0 + i] = __float2bfloat16_rn(pv);
-        }
-        l_run = l_run * alpha + rs;
-        if (tid % TPR == 0) alpha_s[sr] = alpha;
+        const SoftmaxShift sh = online_max<TOK, TPR>(sv, m_run);
+        online_sum(sv, sh, l_run, [=](int i, float pv) { ps[sr * BN + st0 + i] = __float2bfloat16_rn(pv); });
+        if (tid % TPR == 0) alpha_s[sr] = sh.alpha;
       }
     }
     cp_async_wait<2>();                                   // tile j+1 landed (this thread's copies)

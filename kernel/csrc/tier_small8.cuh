@@ -29,6 +29,7 @@
 #include <cuda_fp16.h>
 
 #include "slot_window.cuh"
+#include "small_softmax.cuh"
 #include "verify_common.cuh"
 
 namespace mlav {
@@ -333,29 +334,16 @@ __device__ __forceinline__ void small8_body(const Params& p) {
         }
         sv[i] = v;
       }
-      float mx = sv[0];
-#pragma unroll
-      for (int i = 1; i < TOK; ++i) mx = fmaxf(mx, sv[i]);
-#pragma unroll
-      for (int o = TPR / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_new = fmaxf(m_run, mx);
-      const float shift = m_new == -INFINITY ? 0.f : m_new;   // only masked keys so far: no inf - inf
-      const float alpha = exp2f(m_run - shift);
-      m_run = m_new;
+      const SoftmaxShift sh = online_max<TOK, TPR>(sv, m_run);
       // prefix P * 2^8 as f16 (from 2^-22 up it keeps 11 bits), draft P * 2^(8 - KV16_SHIFT) /
       // v_scale as bf16 (l sums the unscaled P); the epilogue multiplies O by
       // v_scale * 2^(KV16_SHIFT - 8)
       const float pscale = pref ? 256.f : ldexpf(1.f, 8 - KV16_SHIFT) / p.v_scale;
-      float rs = 0.f;
-#pragma unroll
-      for (int i = 0; i < TOK; ++i) {
-        const float pv = exp2f(sv[i] - shift);
-        rs += pv;
+      online_sum(sv, sh, l_run, [=](int i, float pv) {
         if constexpr (pref) reinterpret_cast<__half*>(ps)[sr * PS_STRIDE + st0 + i] = __float2half_rn(pv * pscale);
         else ps[sr * PS_STRIDE + st0 + i] = __float2bfloat16_rn(pv * pscale);
-      }
-      l_run = l_run * alpha + rs;
-      if (tid % TPR == 0) alpha_s[sr] = alpha;
+      });
+      if (tid % TPR == 0) alpha_s[sr] = sh.alpha;
     }
     cp_async_wait<2>();                                   // tile j+1 landed (this thread's copies)
     __syncthreads();                                      // barrier 2: ps, alpha, tile j+1 visible
