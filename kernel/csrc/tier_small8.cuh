@@ -177,17 +177,20 @@ __device__ __forceinline__ void small8_body(const Params& p) {
       qb[kk][nt][0] = v.x;
       qb[kk][nt][1] = v.y;
     }
-  {   // max |q| of the row tile, so that q fits f16's range (applied below)
-    float m = 0.f;
+  auto each_q = [&](auto f) {   // f(x) on each register x of qb (two q values)
 #pragma unroll
     for (int kk = 0; kk < 9; ++kk)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float2 f = unpack_bf16(qb[kk][nt][h]);
-          m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-        }
+        for (int h = 0; h < 2; ++h) f(qb[kk][nt][h]);
+  };
+  {   // max |q| of the row tile, so that q fits f16's range (applied below)
+    float m = 0.f;
+    each_q([&](uint32_t x) {
+      const float2 f = unpack_bf16(x);
+      m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+    });
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     if (lane == 0) qmax_s[warp] = m;
@@ -284,15 +287,10 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     for (int w = 0; w < NWARPS; ++w) m = fmaxf(m, qmax_s[w]);
     qe = m >= 16384.f ? ilogbf(m) - 13 : 0;
     const float s = ldexpf(1.f, -qe);
-#pragma unroll
-    for (int kk = 0; kk < 9; ++kk)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float2 f = unpack_bf16(qb[kk][nt][h]);
-          qb[kk][nt][h] = f16x2_of(f.x * s, f.y * s);
-        }
+    each_q([&](uint32_t& x) {
+      const float2 f = unpack_bf16(x);
+      x = f16x2_of(f.x * s, f.y * s);
+    });
   }
   const float pref_scale = p.kscale_log2 * ldexpf(1.f, qe + KV16_SHIFT);
 
