@@ -112,7 +112,7 @@ _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 def _variant(mangled: str) -> str:
     """A readable name for one instantiation: 'rows64', 'small_nt4', 'rows64d', 'rows32d_diag',
-    'small_nt1_fp8', 'rows64d_fp8', 'combine_r32', ..."""
+    'small_nt1_fp8', 'rows64d_fp8', 'combine_r32', 'combine_r32_few', ..."""
     args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
     if "mla_verify_kernel_small8" in mangled and args:   # the small tier's fp8 copy
         return f"small_nt{args[0]}_fp8"
@@ -124,8 +124,8 @@ def _variant(mangled: str) -> str:
         return f"rows{32 * args[0]}d" + ("_diag" if args[1] else "")
     if "mla_verify_kernel_rows64" in mangled:
         return "rows64"
-    if "mla_verify_combine" in mangled and args:
-        return f"combine_r{args[0]}"
+    if "mla_verify_combine" in mangled and args:   # <BMR, FEW>
+        return f"combine_r{args[0]}" + ("_few" if "Lb1E" in mangled else "")
     if "mma_ldsm_probe_kernel" in mangled and len(args) >= 2:   # <MMAs per ldmatrix, distance>
         return f"probe_m{args[0]}_d{args[1]}"
     return mangled

@@ -644,7 +644,8 @@ def _readable_variant(variant: str) -> str:
 def _variant_tier(variant: str) -> str:
     """The build record's variant name as a tile: small_nt4 -> small (32-row tiles), rows64,
     rows64d, rows32d_diag -> rows32d (32-row tiles), diagnostic copy, rows64d_fp8 -> rows64d
-    (64-row tiles), fp8 copy, combine_r32 -> merge of 32-row tiles."""
+    (64-row tiles), fp8 copy, combine_r32 -> merge of 32-row tiles, combine_r32_few -> merge of
+    32-row tiles, few-CTA shape."""
     variant = _readable_variant(variant)
     if variant.endswith("_fp8"):   # the fp8_e4m3 pool's copy of a tier (kernel/FP8.md)
         return _variant_tier(variant[:-4]) + ", fp8 copy"
@@ -656,8 +657,8 @@ def _variant_tier(variant: str) -> str:
     m = re.fullmatch(r"rows(32|64)d(_diag)?", variant)
     if m:
         return tier_name(8 if m.group(1) == "64" else 6) + (", diagnostic copy" if m.group(2) else "")
-    m = re.fullmatch(r"combine_r(\d+)", variant)
-    return f"merge of {m.group(1)}-row tiles" if m else variant
+    m = re.fullmatch(r"combine_r(\d+)(_few)?", variant)
+    return f"merge of {m.group(1)}-row tiles" + (", few-CTA shape" if m.group(2) else "") if m else variant
 
 
 def resources_frame(doc: dict, arch: str, beside: str = "sm_90") -> pd.DataFrame:

@@ -132,13 +132,16 @@ def test_ptxas_report_parser():
     assert build._variant("_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi1ELi1EEEvNS_6ParamsE") == "rows32d_diag"
     assert build._variant("_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2EEEvNS_6ParamsE") == "rows64d_fp8"
     assert build._variant("_ZN4mlav6small824mla_verify_kernel_small8ILi1EEEvNS_6ParamsE") == "small_nt1_fp8"
+    assert build._variant("_ZN4mlav18mla_verify_combineILi32ELb0EEEvNS_6ParamsE") == "combine_r32"
+    assert build._variant("_ZN4mlav18mla_verify_combineILi8ELb1EEEvNS_6ParamsE") == "combine_r8_few"
 
 
 def test_every_tier_is_compiled_for_every_arch(lib_dir):
     """Each tier instantiation and merge shows up by name in the resource report, per arch."""
     seen = {(r["variant"], r["arch"]) for r in build.resources(lib_dir)}
-    want = ["rows64", "rows64d", "rows32d", "rows64d_diag", "rows32d_diag", "combine_r64", "combine_r32",
-            "combine_r8", "rows64d_fp8", "rows32d_fp8"] + [f"small_nt{nt}{k}" for nt in (1, 2, 4) for k in ("", "_fp8")]
+    want = ["rows64", "rows64d", "rows32d", "rows64d_diag", "rows32d_diag", "rows64d_fp8", "rows32d_fp8"]
+    want += [f"small_nt{nt}{k}" for nt in (1, 2, 4) for k in ("", "_fp8")]
+    want += [f"combine_r{r}{k}" for r in (8, 16, 32, 64) for k in ("", "_few")]
     missing = [(v, f"sm_{a}") for v in want for a in build.ARCHS if (v, f"sm_{a}") not in seen]
     assert not missing
 

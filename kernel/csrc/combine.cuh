@@ -1,7 +1,7 @@
 // Merge of the split partials: O = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M) per output
 // row, for any tier (BMR = the tier's rows per tile, which sets the partial layout).
 // One CTA per (flat output row, column slice), one pass over the partials (bf16, L2-resident):
-// each thread streams its share of the splits, UNR splits in flight, each split's log2-LSE
+// each thread streams its share of the splits, UNR (4 or 9) in flight, each split's log2-LSE
 // loaded with its 8 columns of O, into an online sum rescaled to its running max; the CTA
 // adds up the threads' sums at the end. (The first version read every LSE in a pass of its
 // own before any O: one more round of L2 latency and two barriers.) Requests of few rows
@@ -15,19 +15,23 @@ namespace mlav {
 
 constexpr int CT = 256;               // 8 warps
 constexpr int CW = CT / 32;
-constexpr int UNR = 4;                // splits in flight per thread
-
-template <int BMR>
+// FEW: the launch has at most two merge CTAs per SM, so the registers of more loads in flight
+// cost no residency: 9 splits in flight (one round of L2 loads for the ~260 splits of a lone
+// request of few rows, against 3 to 5 rounds at 4) and 8 slices for 32-row tiles too. With more
+// CTAs (many rows, few splits each) the 74 registers it takes against 46 cost more than the
+// rounds it saves (T = 16: +1.6 us), so those launches keep 4 (rungs/merge-unr9-slices8-*).
+template <int BMR, bool FEW = false>
 struct CombineShape {
-  static constexpr int SL = BMR <= 16 ? 8 : 4;   // column slices per row
+  static constexpr int SL = BMR <= 16 || (FEW && BMR <= 32) ? 8 : 4;   // column slices per row
   static constexpr int COLS = DV / SL;            // 64 or 128 columns per CTA
   static constexpr int LPS = COLS / 8;            // lanes per split, 16-byte loads: 8 or 16
   static constexpr int GROUPS = CW * (32 / LPS);  // threads sharing a column chunk: 32 or 16
+  static constexpr int UNR = FEW ? 9 : 4;         // splits in flight per thread
 };
 
-template <int BMR>
+template <int BMR, bool FEW>
 __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
-  using C = CombineShape<BMR>;
+  using C = CombineShape<BMR, FEW>;
   __shared__ __align__(16) float acc_s[C::GROUPS * C::COLS];   // [group][column] partial sums
   __shared__ float m_s[C::GROUPS], w_s[C::GROUPS], f_s[C::GROUPS];
   __shared__ float inv_tot;
@@ -64,11 +68,11 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   float m = -INFINITY, wsum = 0.f, acc[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.f;
-  for (int s0 = g; s0 < ns; s0 += C::GROUPS * UNR) {
-    uint4 raw[UNR];
-    float l[UNR];
+  for (int s0 = g; s0 < ns; s0 += C::GROUPS * C::UNR) {
+    uint4 raw[C::UNR];
+    float l[C::UNR];
 #pragma unroll
-    for (int u = 0; u < UNR; ++u) {
+    for (int u = 0; u < C::UNR; ++u) {
       const int s = s0 + u * C::GROUPS;
       const long long slot = (base + (long long)s * nrt + rt) * BMR + ri;
       l[u] = s < ns ? p.part_lse[slot] : -INFINITY;
@@ -76,14 +80,14 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
     }
     float mb = m;
 #pragma unroll
-    for (int u = 0; u < UNR; ++u) mb = fmaxf(mb, l[u]);
+    for (int u = 0; u < C::UNR; ++u) mb = fmaxf(mb, l[u]);
     if (mb == -INFINITY) continue;            // only empty splits so far
     const float r = exp2f(m - mb);            // 0 while m is still -inf
     wsum *= r;
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] *= r;
 #pragma unroll
-    for (int u = 0; u < UNR; ++u) {
+    for (int u = 0; u < C::UNR; ++u) {
       if (l[u] > -INFINITY) {                 // an empty split's partial is never read (it may be NaN)
         const float wt = exp2f(l[u] - mb);
         const uint32_t w4[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};

@@ -79,10 +79,12 @@ bool pdl_capable(int dev) {
   return m >= 9;
 }
 
+// p.target_ctas is still the SM count here (each tier's launch scales its own copy).
 template <int BMR>
 cudaError_t launch_combine(const Params& p, long long rows, cudaStream_t st, bool pdl) {
+  const bool few = rows * CombineShape<BMR, true>::SL <= 2LL * p.target_ctas;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(rows * CombineShape<BMR>::SL));
+  cfg.gridDim = dim3((unsigned)(rows * (few ? CombineShape<BMR, true>::SL : CombineShape<BMR, false>::SL)));
   cfg.blockDim = dim3(CT);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = st;
@@ -91,7 +93,8 @@ cudaError_t launch_combine(const Params& p, long long rows, cudaStream_t st, boo
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  cudaError_t err = cudaLaunchKernelEx(&cfg, mla_verify_combine<BMR>, p);
+  cudaError_t err = few ? cudaLaunchKernelEx(&cfg, mla_verify_combine<BMR, true>, p)
+                        : cudaLaunchKernelEx(&cfg, mla_verify_combine<BMR, false>, p);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
