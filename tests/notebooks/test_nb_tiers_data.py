@@ -48,23 +48,23 @@ def test_tier_rows_match_the_kernel_and_the_recorded_files():
 
 
 def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
-    """The H200 file of 2026-12-01 19:29 (commit b715849): T = 1 ran at 8-row tiles, 68.2 us,
-    against 159.9 us with rows64 forced; T = 4 ran rows32d; the centre ran rows64d, 157.0 us
-    (median of the sweeps that repeat it, bf16 rows only) against 171.8 us with rows64 forced."""
+    """The H200 file of 2026-12-01 20:00 (commit b3a1390): T = 1 ran at 8-row tiles, 65.6 us,
+    against 157.1 us with rows64 forced; T = 4 ran rows32d; the centre ran rows64d, 155.0 us
+    (median of the sweeps that repeat it, bf16 rows only) against 170.2 us with rows64 forced."""
     bench = data.newest(DATA, "bench")
     tab = data.tier_frame(data.bench_frame(bench, variants=True))
     t1 = data.select(tab, T=1, H=8, S=185000)
     assert len(t1) == 1
     r = t1.iloc[0]
     assert (r["tier"], r["tile"]) == (1, "small (8-row tiles)")
-    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "68.2 vs 159.9"
+    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "65.6 vs 157.1"
     assert data.centre_tier(tab) == 8
     t4 = data.select(tab, T=4, H=8, S=185000).iloc[0]
     assert (t4["tier"], t4["tile"]) == (6, "rows32d (32-row tiles)")
     c = data.select(tab, T=8, H=8, S=185000, batch=1, layout="scattered", page_size=1).iloc[0]
-    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "157.0 vs 171.8"
+    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "155.0 vs 170.2"
     flash_t1 = data.select(data.bench_frame(bench), impl=data.OURS, T=1)
-    assert [round(t, 1) for t in flash_t1["time_us"]] == [68.2]
+    assert [round(t, 1) for t in flash_t1["time_us"]] == [65.6]
 
 
 def test_recorded_backend_and_estimate_headlines():
@@ -100,16 +100,16 @@ def test_backend_counts_memcheck_errors_from_the_summary():
 
 
 def test_recorded_fixed_cost_and_phases():
-    """The fixed-cost and trace files of 19:29 (commit b715849): T = 1 on the bf16 pool costs
-    12.1 us beyond its bytes (7.8 without the merge); at T = 1 the last store lands 3.6 us after
-    the median one, the blocks dispatched second on an SM loop 1.7 us longer, and the merge ends
-    3.9 us after the last store."""
+    """The fixed-cost and trace files of 20:00 (commit b3a1390): T = 1 on the bf16 pool costs
+    11.8 us beyond its bytes (8.2 without the merge); at T = 1 the last store lands 3.6 us after
+    the median one, the blocks dispatched second on an SM loop 2.0 us longer, and the merge ends
+    3.5 us after the last store."""
     ff = data.fixed_cost_frame(data.newest(DATA, "fixed_cost"))
     t1 = data.select(ff, pool=data.BF16_KV, T=1)
-    assert [round(v, 1) for v in t1["intercept_us"]] == [12.1, 7.8]
+    assert [round(v, 1) for v in t1["intercept_us"]] == [11.8, 8.2]
     assert list(t1["part"]) == ["whole call", "without the merge"]
     tf = data.trace_frame(data.newest(DATA, "trace"))
     r = data.select(tf, pool=data.BF16_KV, T=1, S=185000).iloc[0]
-    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (3.6, 3.9)
-    assert round(r["second_cta_us"], 1) == 1.7 and r["launch_spread_us"] < 0.5
+    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (3.6, 3.5)
+    assert round(r["second_cta_us"], 1) == 2.0 and r["launch_spread_us"] < 0.5
     assert r["tile"] == "small (8-row tiles)"
