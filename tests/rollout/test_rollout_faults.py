@@ -9,6 +9,11 @@ import time
 from rollout.client import post_json, request
 from rollout_helpers import run_tool, tool_with_fault, wait_for
 
+# A request that holds a drain open: ~960 triton steps of 6 ms at the fleet's time scale, about
+# 6 s. At 400 tokens (1 s) a loaded CI machine started the tool after the request had ended, the
+# drain found nothing in flight, and the "mid-drain" moment never came.
+IN_FLIGHT_TOKENS = 2400
+
 
 def starts(fleet, group, arm):
     return len(fleet.events("start", group=group, arm=arm))
@@ -133,7 +138,7 @@ def test_E2_sigterm_during_a_drain_brings_the_group_back(make_fleet):
 
     def in_flight():
         box["r"] = post_json(f.url("g0"), "/generate", {"input_ids": list(range(1, 4096)),
-                             "sampling_params": {"max_new_tokens": 600, "ignore_eos": True}}, timeout=60)
+                             "sampling_params": {"max_new_tokens": IN_FLIGHT_TOKENS, "ignore_eos": True}}, timeout=60)
     client = threading.Thread(target=in_flight)
     client.start()
     time.sleep(0.3)
@@ -143,7 +148,7 @@ def test_E2_sigterm_during_a_drain_brings_the_group_back(make_fleet):
     finally:
         client.join(60)
     assert rc == 130, err
-    assert box["r"]["meta_info"]["completion_tokens"] == 600  # the drain let the request finish
+    assert box["r"]["meta_info"]["completion_tokens"] == IN_FLIGHT_TOKENS  # the drain let the request finish
     gs = f.state()["groups"]["g0"]
     assert (gs["step"], gs["arm"], gs["outcome"]) == ("idle", "triton", "interrupted")
     assert serving(f, "g0") and f.arm("g0") == "triton"  # back in service before the tool exited
@@ -291,7 +296,7 @@ def test_abort_after_kill_9_mid_drain_restarts_the_group(make_fleet):
     f = make_fleet(n=2, settings={"drain_deadline_s": 60})
     f.up()
     client = threading.Thread(target=lambda: post_json(f.url("g0"), "/generate", {
-        "input_ids": list(range(1, 4096)), "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}, timeout=60))
+        "input_ids": list(range(1, 4096)), "sampling_params": {"max_new_tokens": IN_FLIGHT_TOKENS, "ignore_eos": True}}, timeout=60))
     client.start()
     time.sleep(0.3)
     try:
