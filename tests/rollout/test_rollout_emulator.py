@@ -1,5 +1,7 @@
 """The emulator speaks SGLang 0.5.23's HTTP API, says it is an emulator, and fails on demand;
 run_ab and numerics.compare judge it correctly."""
+import ctypes
+import os
 import signal
 import threading
 import time
@@ -138,6 +140,29 @@ def test_sigterm_drains_in_flight_requests(data_dir):
         t.join(20)
         assert box["r"]["meta_info"]["completion_tokens"] == 20
         assert k.proc.wait(10) == 0
+
+
+def _signal_a_server_thread(pid: int, sig: int):
+    """Hand sig to one of the emulator's non-main threads (tgkill), as the kernel may do with
+    os.kill under load: the case where an untimed wait in the main thread never saw it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert tids, "the emulator runs its HTTP server on a thread of its own"
+    assert libc.tgkill(pid, tids[0], sig) == 0, os.strerror(ctypes.get_errno())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=["SIGUSR1", "SIGTERM"])
+def test_a_signal_a_server_thread_takes_still_acts(data_dir, sig):
+    with start_emulator("flash", data_dir=data_dir, time_scale=TS) as e:
+        _signal_a_server_thread(e.pid, sig)
+        if sig == signal.SIGTERM:
+            assert e.proc.wait(5) == 0  # drained (nothing in flight) and exited
+            return
+        body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
+        t0 = time.monotonic()
+        while request(e.url, "POST", "/generate", body)[0] != 500:
+            assert time.monotonic() - t0 < 5, "SIGUSR1 not acted on within 5 s"
+            time.sleep(0.02)
 
 
 def test_metrics_speak_sglangs_names_and_the_arm_contract(pair, data_dir):
