@@ -11,13 +11,12 @@ from fake_endpoint import FakeEndpoint, contract_metrics
 from notebooks import index
 from rollout.emulator import start_emulator
 
-FAST = ("-p", "context_tokens", "16384", "-p", "rounds", "5", "-p", "max_new_tokens", "4")
-SMOKE = ("-p", "smoke", "true", *FAST)
+SHORT = ("-p", "smoke", "true", "-p", "context_tokens", "16384", "-p", "rounds", "5")
+SMOKE = (*SHORT, "-p", "max_new_tokens", "4")
 # The tests whose speed gate must pass time 12 tokens on emulators at a tenth of real time: a
 # flash step of 1.6 ms against 20 ms, so a scheduling hiccup of tens of ms on a loaded CI
 # machine cannot turn the 13x the model predicts into a failed gate (at 0.01 and 4 tokens it did).
-LIVE_RUN = ("-p", "smoke", "true", "-p", "context_tokens", "16384", "-p", "rounds", "5",
-            "-p", "max_new_tokens", "12")
+LIVE_RUN = (*SHORT, "-p", "max_new_tokens", "12")
 LIVE_INFO = {"version": "0.5.23", "attention_backend": "triton", "model_path": "kimi-k2"}
 
 

@@ -15,6 +15,12 @@ from rollout_helpers import run_tool, tool_with_fault, wait_for
 IN_FLIGHT_TOKENS = 2400
 
 
+def hold_drain_open(fleet, name) -> dict:
+    """One request that lasts ~6 s on the group (IN_FLIGHT_TOKENS); returns its response."""
+    return post_json(fleet.url(name), "/generate", {"input_ids": list(range(1, 4096)), "sampling_params": {
+        "max_new_tokens": IN_FLIGHT_TOKENS, "ignore_eos": True}}, timeout=60)
+
+
 def starts(fleet, group, arm):
     return len(fleet.events("start", group=group, arm=arm))
 
@@ -137,8 +143,7 @@ def test_E2_sigterm_during_a_drain_brings_the_group_back(make_fleet):
     box = {}
 
     def in_flight():
-        box["r"] = post_json(f.url("g0"), "/generate", {"input_ids": list(range(1, 4096)),
-                             "sampling_params": {"max_new_tokens": IN_FLIGHT_TOKENS, "ignore_eos": True}}, timeout=60)
+        box["r"] = hold_drain_open(f, "g0")
     client = threading.Thread(target=in_flight)
     client.start()
     time.sleep(0.3)
@@ -295,8 +300,7 @@ def test_abort_stops_a_running_rollout_and_leaves_every_group_serving(make_fleet
 def test_abort_after_kill_9_mid_drain_restarts_the_group(make_fleet):
     f = make_fleet(n=2, settings={"drain_deadline_s": 60})
     f.up()
-    client = threading.Thread(target=lambda: post_json(f.url("g0"), "/generate", {
-        "input_ids": list(range(1, 4096)), "sampling_params": {"max_new_tokens": IN_FLIGHT_TOKENS, "ignore_eos": True}}, timeout=60))
+    client = threading.Thread(target=lambda: hold_drain_open(f, "g0"))
     client.start()
     time.sleep(0.3)
     try:
