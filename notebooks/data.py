@@ -658,7 +658,9 @@ def _variant_tier(variant: str) -> str:
     if m:
         return tier_name(8 if m.group(1) == "64" else 6) + (", diagnostic copy" if m.group(2) else "")
     m = re.fullmatch(r"combine_r(\d+)(_few)?", variant)
-    return f"merge of {m.group(1)}-row tiles" + (", few-CTA shape" if m.group(2) else "") if m else variant
+    if not m:
+        return variant
+    return f"merge of {m.group(1)}-row tiles" + (", few-CTA shape" if m.group(2) else "")
 
 
 def resources_frame(doc: dict, arch: str, beside: str = "sm_90") -> pd.DataFrame:

@@ -156,7 +156,11 @@ def test_build_record_tiles_name_the_fp8_copies():
     # the resource table's tile column: each fp8 kernel is its tier's copy for SGLang's fp8 pool
     doc = {"resources": [{"kernel": "mla_verify_kernel", "arch": a, "variant": v, "registers": 200,
                           "spill_stores": 0, "spill_loads": 0, "stack": 0, "smem_static": 0}
-                         for a in ("sm_120", "sm_90") for v in ("rows64d", "rows64d_fp8", "small_nt1_fp8")]}
+                         for a in ("sm_120", "sm_90")
+                         for v in ("rows64d", "rows64d_fp8", "small_nt1_fp8", "combine_r32", "combine_r8_few")]}
     tiles = dict(zip(*data.resources_frame(doc, "sm_120")[["variant", "tile"]].T.values))
     assert tiles["rows64d_fp8"] == tiles["rows64d"] + ", fp8 copy"
     assert tiles["small_nt1_fp8"] == "small (8-row tiles), fp8 copy"
+    # the merge's two shapes, chosen at launch
+    assert tiles["combine_r32"] == "merge of 32-row tiles"
+    assert tiles["combine_r8_few"] == "merge of 8-row tiles, few-CTA shape"
