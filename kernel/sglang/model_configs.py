@@ -43,3 +43,23 @@ def write_eagle3_draft(path, **overrides) -> Path:
     fields.update(overrides)
     transformers.LlamaConfig(**fields).save_pretrained(path)
     return path
+
+
+def tiny_mla(layers: int) -> dict:
+    """config.json fields of a small DeepSeek-V3-architecture model with Kimi-K2's attention
+    as one TP-8 rank sees it: 8 heads, latent 512 + rope 64, nope 128, v 128, YaRN rope over
+    262,144 positions. Dense MLP in every target layer (first_k_dense_replace > layers) keeps
+    the weights small; SGLang still builds the NextN layer as MoE, so it gets 8 small experts,
+    top 2. For real SGLang servers with --load-format dummy (the weights are random)."""
+    if not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"layers: expected a positive int, got {layers!r}")
+    return dict(KIMI_K2, hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256,
+                num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=512,
+                n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=layers + 1,
+                vocab_size=32768)
+
+
+def write_tiny_mla(path, *, layers: int, nextn_layers: int = 1, **overrides) -> Path:
+    """A `tiny_mla(layers)` checkpoint folder (config.json only); nextn_layers=1 gives it the
+    NextN layer that SGLang's EAGLE loads as the draft when no draft path is given."""
+    return write_kimi_k2(path, nextn_layers=nextn_layers, **dict(tiny_mla(layers), **overrides))
