@@ -117,12 +117,21 @@ def tree_violation(block: torch.Tensor) -> tuple[int, int, str] | None:
     Row i lists the nodes draft token i may see. It is a tree when every node sees
     itself and what it sees besides itself is exactly what its deepest visible node
     (its parent) sees: then the visible set is the path to a root.
+    A row that sees nothing, its own diagonal included, is a padding node: DDTree (SGLang
+    pull request #29907) pads every request's tree to D = budget + 1 nodes with such rows,
+    and SGLang's kernel gives them attention over the prefix alone. They are valid; a node
+    that sees a padding node is not (a padding node is no one's ancestor).
     """
     T = block.shape[0]
     diag = torch.diagonal(block)
-    if not bool(diag.all()):
-        i = int((~diag).nonzero()[0])
+    padding = ~block.any(1)
+    if not bool((diag | padding).all()):
+        i = int((~(diag | padding)).nonzero()[0])
         return i, i, "does not see itself"
+    sees_padding = block & padding.unsqueeze(0)
+    if bool(sees_padding.any()):
+        i, j = (int(x) for x in sees_padding.nonzero()[0])
+        return i, j, "sees a padding node, a row that sees nothing"
     depth = block.sum(1)
     others = block.clone()
     others.fill_diagonal_(False)
@@ -174,4 +183,4 @@ def check_values(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask
         if v is not None:
             i, j, what = v
             _fail("custom_mask", f"request {b}: draft node {i} {what} (node {j}); the draft block must be "
-                  "ancestor-or-self (a tree)")
+                  "ancestor-or-self (a tree), a row that sees nothing being a padding node")

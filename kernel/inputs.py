@@ -2,7 +2,9 @@
 validation run and benchmark.
 
 Draft trees: chain, star, random parents, and DDTree-like best-first trees under a node
-budget. Pools: contiguous, scattered (at any page size; page 1 is SGLang's default),
+budget; any of them padded to a fixed width with padding nodes (`tree_sizes`), as DDTree
+(SGLang pull request #29907) verifies D = budget + 1 nodes per request whatever its tree's
+size. The production algorithm's shapes: `ddtree_case` and `dflash_case`. Pools: contiguous, scattered (at any page size; page 1 is SGLang's default),
 and fragmented by simulated allocate/free churn. Every pool slot that no prefix token
 owns (the padding page, free slots, the draft tokens' own slots) holds NaN, so a stray
 read poisons the output instead of passing silently.
@@ -136,11 +138,15 @@ class VerifyCase:
 def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", layout: str = "scattered",
               page_size: int = 1, seed: int = 0, dtype=torch.bfloat16, device="cpu", slack: float = 0.5,
               causal: bool = False, kv_dtype: str = "auto", k_scale: float | None = None,
-              v_scale: float | None = None) -> VerifyCase:
+              v_scale: float | None = None, tree_sizes=None) -> VerifyCase:
     """Build a seeded, reproducible ragged verify batch.
 
     prefix_lens / draft_lens: per-request S_b and T_b (lists of equal length).
     causal=True passes custom_mask=None (SGLang's chain verify without a mask).
+    tree_sizes: per-request node counts n_b, 1 <= n_b <= T_b (None: n_b = T_b). Request b's
+      tree is its first n_b draft tokens; the T_b - n_b after them are padding nodes, whose
+      mask rows are all False, prefix columns and own diagonal included, exactly as DDTree's
+      `_build_flat_tree_mask` writes them (they attend to the prefix only: reference.py).
     dtype: q, k_extend and (kv_dtype="auto") the pool.
     kv_dtype="fp8_e4m3": the pool is float8_e4m3fn [num_slots, 1, 576] (what SGLang's
       get_key_buffer hands its kernels), the prefix rows drawn in `dtype` and quantized with
@@ -154,6 +160,12 @@ def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", 
         raise VerifyInputError(f"draft_lens: {len(draft_lens)} entries for {len(prefix_lens)} prefix lengths")
     if page_size < 1:
         raise VerifyInputError(f"page_size: must be >= 1, got {page_size}")
+    sizes = list(draft_lens) if tree_sizes is None else [int(n) for n in tree_sizes]
+    if tree_sizes is not None and causal:
+        raise VerifyInputError("tree_sizes: padding nodes need a mask; causal=True passes none")
+    if len(sizes) != len(draft_lens) or any(not 1 <= n <= t for n, t in zip(sizes, draft_lens) if t):
+        raise VerifyInputError(f"tree_sizes: {tree_sizes!r} is not one node count 1 <= n_b <= T_b per request "
+                               f"(draft_lens {draft_lens})")
     if kv_dtype not in KV_DTYPES:
         raise VerifyInputError(f"kv_dtype: unknown {kv_dtype!r} (expected one of {', '.join(KV_DTYPES)})")
     fp8 = kv_dtype == "fp8_e4m3"
@@ -196,23 +208,25 @@ def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", 
     k_extend = rnd(N, 1, HEAD_DIM)
     kv_indptr = torch.tensor([0] + prefix_lens, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
     qo_indptr = torch.tensor([0] + draft_lens, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
-    trees, masks, sizes = [], [], [0]
-    for S, T in zip(prefix_lens, draft_lens):
-        parents = tree_parents("chain" if causal else tree, T, gen) if T else []
+    trees, masks, cells = [], [], [0]
+    for S, T, n in zip(prefix_lens, draft_lens, sizes):
+        parents = tree_parents("chain" if causal else tree, n, gen) if T else []
         trees.append(parents)
+        cells.append(T * (S + T))
         if causal or T == 0:
-            sizes.append(T * (S + T))
             continue
-        block = torch.ones(T, S + T, dtype=torch.uint8)
-        block[:, S:] = ancestor_mask(parents).to(torch.uint8)
+        block = torch.zeros(T, S + T, dtype=torch.uint8)   # rows n.. : padding nodes, all False
+        block[:n, :S] = 1
+        block[:n, S:S + n] = ancestor_mask(parents).to(torch.uint8)
         masks.append(block.flatten())
-        sizes.append(T * (S + T))
     custom_mask = mask_indptr = None
     if not causal:
         custom_mask = (torch.cat(masks) if masks else torch.empty(0, dtype=torch.uint8)).to(device)
-        mask_indptr = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(device)
+        mask_indptr = torch.tensor(cells, dtype=torch.int64).cumsum(0).to(device)
     meta = dict(prefix_lens=prefix_lens, draft_lens=draft_lens, heads=heads, tree="chain" if causal else tree,
                 layout=layout, page_size=page_size, seed=seed, parents=trees, causal=causal, kv_dtype=kv_dtype)
+    if tree_sizes is not None:
+        meta["tree_sizes"] = sizes
     return VerifyCase(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr,
                       SM_SCALE, meta, k_scale, v_scale)
 
@@ -232,3 +246,40 @@ def random_case(seed: int, *, max_prefix: int = 300, max_draft: int = 24, max_ba
     heads = pick([h for h in (1, 2, 4, 8, 16, 32, 64, 128) if h <= max_heads])
     return make_case(prefix, draft, heads, tree=pick(TREES), layout=pick(LAYOUTS), page_size=pick([1, 16, 64]),
                      seed=seed, dtype=dtype, device=device, causal=pick([False] * 5 + [True]), kv_dtype=kv_dtype)
+
+
+def ddtree_case(prefix_lens, budget: int, heads: int = 8, *, topk: int = 2, tree_sizes=None, seed: int = 0,
+                **kw) -> VerifyCase:
+    """A TARGET_VERIFY batch shaped as DDTree (SGLang pull request #29907) builds it: every request
+    verifies D = budget + 1 nodes (the root and at most `budget` drafted ones); request b's tree is
+    its first n_b of them, the rest padding nodes (all-False mask rows); page 1 scattered slots
+    unless `kw` says otherwise (the pull request refuses page sizes other than 1).
+
+    topk: 1 = DDTree's spine (a chain), 2 = its full tree (best-first under the budget, the
+      "ddtree" generator); DDTreeVerifyInput.topk takes the same values.
+    tree_sizes: n_b per request, 1 <= n_b <= D; None draws them from `seed`, uniformly in 1..D.
+    Other keywords go to make_case (dtype, device, kv_dtype, layout, ...)."""
+    if not isinstance(budget, int) or budget < 1:
+        raise VerifyInputError(f"budget: DDTree's node budget must be an int >= 1, got {budget!r}")
+    if topk not in (1, 2):
+        raise VerifyInputError(f"topk: 1 (spine, a chain) or 2 (full tree), got {topk!r}")
+    D = budget + 1
+    if tree_sizes is None:
+        g = torch.Generator().manual_seed(20_000 + seed)
+        tree_sizes = [int(torch.randint(1, D + 1, (1,), generator=g)) for _ in prefix_lens]
+    case = make_case(prefix_lens, [D] * len(prefix_lens), heads, tree="chain" if topk == 1 else "ddtree",
+                     seed=seed, tree_sizes=tree_sizes, **kw)
+    case.meta.update(algorithm="DDTREE", budget=budget, topk=topk)
+    return case
+
+
+def dflash_case(prefix_lens, block: int, heads: int = 8, *, seed: int = 0, **kw) -> VerifyCase:
+    """A TARGET_VERIFY batch shaped as SGLang's DFLASH verifies it: every request a block of
+    `block` tokens (its --speculative-dflash-block-size) in a causal chain, with no mask
+    (custom_mask=None: dflash_worker_v2 passes none and the triton backend reads None as causal).
+    Other keywords go to make_case."""
+    if not isinstance(block, int) or block < 1:
+        raise VerifyInputError(f"block: DFLASH's block size must be an int >= 1, got {block!r}")
+    case = make_case(prefix_lens, [block] * len(prefix_lens), heads, seed=seed, causal=True, **kw)
+    case.meta.update(algorithm="DFLASH", block=block)
+    return case

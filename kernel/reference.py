@@ -4,6 +4,9 @@ Every number this project reports is checked against this function. It is writte
 clarity, not speed: per request it gathers the prefix rows through `kv_indices`, appends
 the draft rows from `k_extend`, and applies the tree mask to the draft block only
 (SGLang's `skip_prefix_custom_mask=True`: every draft token sees the whole prefix).
+A draft row that sees no draft node (a DDTree padding node) attends to the prefix alone; a row
+that sees no key at all (such a row over an empty prefix) gives o = 0 and lse = -inf, as
+SGLang's extend_attention_fwd and the CUDA kernel do (1 / l taken as 0 for l = 0).
 An fp8 pool is dequantized first, exactly as SGLang's kernels read it (kernel/fp8.py):
 prefix K = row * k_scale, prefix V = row[:512] * v_scale; the draft rows are used as given.
 """
@@ -28,7 +31,8 @@ def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, cus
       k_extend:    [N, 1, 576] float, the draft tokens' own latent rows
       custom_mask: [>= mask_indptr[-1]] bool/uint8, FULL_MASK layout: request b is a
                    row-major [T_b, S_b + T_b] block at mask_indptr[b]; only its last T_b
-                   columns (the tree, ancestor-or-self) are read. None means causal
+                   columns (the tree, ancestor-or-self; a row with no True there is a
+                   padding node, checks.tree_violation) are read. None means causal
                    (a chain: draft token i sees draft tokens 0..i).
       mask_indptr: [bs + 1] int32/int64 (None when custom_mask is None)
       qo_indptr:   [bs + 1] int32/int64, draft-token offsets (T_b = diff)
@@ -40,8 +44,8 @@ def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, cus
                    with an fp8 kv_cache. Neither touches k_extend (SGLang reads the draft
                    rows unscaled, from the model's own k).
     Returns:
-      o:   [N, H, 512] float64
-      lse: [N, H] float64, natural-log log-sum-exp of the scaled logits
+      o:   [N, H, 512] float64 (0 for a row that sees no key)
+      lse: [N, H] float64, natural-log log-sum-exp of the scaled logits (-inf: no key)
     Raises VerifyInputError naming the argument and value on malformed input.
     """
     check_shapes(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale,
@@ -81,6 +85,9 @@ def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, cus
             tree = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
         allowed = torch.cat([torch.ones(T, S, dtype=torch.bool, device=q.device), tree], 1)
         logits = logits.masked_fill(~allowed[:, None, :], float("-inf"))
-        lse[q0:q1] = torch.logsumexp(logits, -1)
-        o[q0:q1] = torch.softmax(logits, -1) @ values
+        lse_b = torch.logsumexp(logits, -1)                                                        # [T, H]
+        probs = torch.softmax(logits, -1)                                                          # NaN where no key
+        probs = torch.where(torch.isneginf(lse_b)[..., None], torch.zeros((), dtype=probs.dtype), probs)
+        lse[q0:q1] = lse_b
+        o[q0:q1] = probs @ values
     return o, lse

@@ -4,8 +4,10 @@ It records every call so tests can check what the adapter handed the kernel. It 
 lengths on the host (the real kernel must not); requests whose slice the oracle rejects
 (CUDA-graph padding: dummy requests with stale tree masks) get NaN rows. As the kernel does,
 it reads request b's mask block from mask_indptr[b] only (T_b * (S_b + T_b) cells; the
-plugin's DCP path points every request at one shared all-zero block), and a row that sees no
-key gets lse = -inf and o = 0 (kernel/csrc: 1 / l = 0 for l = 0).
+plugin's DCP path points every request at one shared all-zero block). Rows that see no draft
+node (DDTree's padding nodes, the DCP path's prefix-only call) attend to the prefix alone, and
+a row that sees no key gets lse = -inf and o = 0, as the oracle gives them (kernel/csrc:
+1 / l = 0 for l = 0).
 
 KV scales as kernel.ops takes them: with a float8_e4m3fn kv_cache, k_scale and v_scale are
 required positive finite floats and go to the oracle (prefix K = e4m3 * k_scale, V =
@@ -20,7 +22,7 @@ import types
 import torch
 
 from kernel.checks import VerifyInputError
-from kernel.fp8 import FP8, dequantize_keys, dequantize_values
+from kernel.fp8 import FP8
 from kernel.ops import kernel_scales
 from kernel.reference import verify_attention_reference
 
@@ -52,21 +54,13 @@ class CpuOps:
             if custom_mask is not None:
                 m0, cells = int(mask_indptr[b]), (q1 - q0) * (k1 - k0 + q1 - q0)
                 mask, mptr = custom_mask[m0:m0 + cells], torch.tensor([0, cells])
-            if mask is not None and mask.numel() == cells and cells and not mask.view(q1 - q0, -1)[:, k1 - k0:].any():
-                # no draft key visible (the DCP path's prefix-only call): not a tree, which the
-                # oracle rejects; the same float64 attention over the prefix alone
-                o_b, lse_b = _prefix_only(q[q0:q1], kv_cache, kv_indices[k0:k1], sm_scale, **scales)
-            else:
-                o_b = None
             try:
-                if o_b is None:
-                    o_b, lse_b = verify_attention_reference(
-                        q[q0:q1], kv_cache, torch.tensor([0, k1 - k0]), kv_indices[k0:k1], k_extend[q0:q1], mask,
-                        mptr, torch.tensor([0, q1 - q0]), sm_scale, **scales)
+                o_b, lse_b = verify_attention_reference(
+                    q[q0:q1], kv_cache, torch.tensor([0, k1 - k0]), kv_indices[k0:k1], k_extend[q0:q1], mask,
+                    mptr, torch.tensor([0, q1 - q0]), sm_scale, **scales)
             except VerifyInputError:
                 out[q0:q1], lse[q0:q1] = float("nan"), float("nan")
                 continue
-            o_b[torch.isneginf(lse_b)] = 0.0
             out[q0:q1], lse[q0:q1] = o_b.to(out.dtype), lse_b.float()
         return out, lse
 
@@ -75,15 +69,3 @@ def _scales(kv_cache, k_scale, v_scale) -> dict:
     """The oracle's scale keywords for this pool, checked by kernel.ops' own check."""
     k, v = kernel_scales(kv_cache.dtype == FP8, k_scale, v_scale)
     return dict(k_scale=k, v_scale=v) if kv_cache.dtype == FP8 else {}
-
-
-def _prefix_only(q, kv_cache, slots, sm_scale, k_scale=None, v_scale=None):
-    """Float64 attention of q [T, H, 576] over the pool rows `slots` alone: (o [T, H, 512], lse [T, H]);
-    no rows: lse -inf (o is zeroed by the caller). An fp8 pool is read with k_scale / v_scale."""
-    rows = kv_cache[slots.long(), 0]                                             # [S, 576]
-    keys = rows.double() if k_scale is None else dequantize_keys(rows, k_scale)
-    values = rows[:, :512].double() if v_scale is None else dequantize_values(rows, v_scale)
-    logits = torch.einsum("thd,kd->thk", q.double(), keys) * sm_scale
-    lse = torch.logsumexp(logits, -1) if keys.shape[0] else torch.full(q.shape[:2], float("-inf"), dtype=torch.float64)
-    o = torch.softmax(logits, -1) @ values if keys.shape[0] else torch.zeros(*q.shape[:2], 512, dtype=torch.float64)
-    return o, lse
