@@ -11,7 +11,10 @@
   both e4m3fn NaN bytes in unused slots, each case at its default tier and one other fp8
   tier (rotating), the fp8 extremes at every fp8 tier, against the oracle on the dequantized
   pool; SGLang's extend_attention_fwd on the same fp8 pool for 40 of them (its error recorded,
-  not gated: it rounds q and P to e4m3).
+  not gated: it rounds q and P to e4m3). Then the production algorithm's shapes on both pools
+  (JSON section "production", each case with its family): DDTree's trees padded to D = budget + 1
+  (budgets 7, 16, 32, 64; sizes 1..D; topk 1 and 2) and DFLASH's causal blocks of 8, 16, 32, at
+  batch 1, 8 and 48, 8 heads, every tier, SGLang's extend_attention_fwd beside each.
 - graph: capture the call in a CUDA graph per tier, replay with new lengths, slots and
   trees, compare with eager; for the fp8 pool too (per fp8 tier, fixed scales).
 - stream, mma, full: the ladder's microbenchmarks, each tier with stages left out
@@ -53,7 +56,7 @@ from .bench.env import env_info, git_commit
 from .bench import micro
 from .bench.sweeps import bench
 from .bench.timing import log
-from .bench.validate import FP8_KV, graph_check, validate, validate_fp8
+from .bench.validate import FP8_KV, graph_check, validate, validate_fp8, validate_production
 from .inputs import make_case
 from .ops import TIERS, verify_attention
 
@@ -116,6 +119,11 @@ def main(argv=None) -> int:
             except Exception as e:
                 log(f"validate fp8: FAILED {e!r}")
                 v["fp8"] = {"kv_dtype": FP8_KV, "all_pass": False, "error": f"{type(e).__name__}: {e}"[:2000]}
+        try:   # nor may they be lost to a failure in the production shapes
+            v["production"] = validate_production(a.tol, sgl)
+        except Exception as e:
+            log(f"validate production: FAILED {e!r}")
+            v["production"] = {"all_pass": False, "error": f"{type(e).__name__}: {e}"[:2000]}
         if "graph" in stages:
             v["graph"] = graph_check(a.tol)
             if "fp8" in v and "error" not in v["fp8"]:
@@ -134,6 +142,12 @@ def main(argv=None) -> int:
                            f"{f8['worst']['rel_err']:.2e}, SGLang vs oracle max "
                            f"{max((c['sglang_rel_err'] for c in sg8), default=float('nan')):.2e}, graph replay "
                            f"pass={f8.get('graph', {}).get('all_pass')}, {f8['seconds']:.0f} s")
+        pr = v["production"]
+        summary.append(f"validation production: error {pr['error']}" if "error" in pr else
+                       f"validation production: {pr['n_cases']} cases ({pr['n_checks']} checks), all_pass="
+                       f"{pr['all_pass']}, " + ", ".join(f"{k} worst {f['worst_rel_err']:.2e}"
+                                                         for k, f in pr["families"].items()) +
+                       f", {pr['seconds']:.0f} s")
     if "integration" in stages:
         try:
             from .sglang.gpu_check import run as run_integration

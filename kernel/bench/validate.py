@@ -1,7 +1,9 @@
 """Correctness on the GPU: random and edge-case configurations against the float64 oracle
 (outputs NaN-poisoned before every call), SGLang's extend_attention_fwd on the same inputs,
 and CUDA-graph replay with new lengths, slots and trees against eager; on a bf16 pool and on
-SGLang's fp8_e4m3 pool (the oracle reads the dequantized pool: kernel/FP8.md)."""
+SGLang's fp8_e4m3 pool (the oracle reads the dequantized pool: kernel/FP8.md); and the
+production algorithm's shapes on both pools (`validate_production`: DDTree's padded trees,
+DFLASH's causal blocks), each case labelled with its family."""
 from __future__ import annotations
 
 import time
@@ -9,7 +11,7 @@ import time
 import torch
 
 from ..fp8 import FP8, FP8_NAN_BYTES
-from ..inputs import make_case, random_case
+from ..inputs import ddtree_case, dflash_case, make_case, random_case
 from ..ops import FP8_TIERS, TIERS, get_workspace, pick_tier, verify_attention
 from ..reference import verify_attention_reference
 from .timing import capture_graph, log, rel_err
@@ -90,14 +92,17 @@ def with_fp8_plan(case, plan: dict):
 def run_checked(case, ref, tol: float, tier=None) -> dict:
     """One kernel call on NaN-poisoned outputs against the oracle's (o, lse) `ref`."""
     N, H = case.q.shape[0], case.q.shape[1]
-    o = torch.full((N, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
-    lse = torch.full((N, H), float("nan"), dtype=torch.float32, device="cuda")
+    o = torch.full((N, H, 512), float("nan"), dtype=torch.bfloat16, device=case.q.device)
+    lse = torch.full((N, H), float("nan"), dtype=torch.float32, device=case.q.device)
     verify_attention(*case.args(), **case.kwargs(), out=o, lse_out=lse, max_draft_len=max(case.meta["draft_lens"]),
                      tier=tier)
     nan = int(torch.isnan(o).sum()) + int(torch.isnan(lse).sum())
     e, el = rel_err(o, ref[0]), rel_err(lse, ref[1])
+    # rows that see no key (a padding node over an empty prefix): lse -inf exactly where the
+    # oracle's is (rel_err compares the finite ones only)
+    inf_ok = bool(torch.equal(torch.isneginf(lse).cpu(), torch.isneginf(ref[1]).cpu()))
     return {"tier": default_tier(case) if tier is None else tier, "rel_err": e, "lse_rel_err": el, "nan": nan > 0,
-            "unwritten": nan, "pass": nan == 0 and e <= tol and el <= tol}
+            "unwritten": nan, "lse_inf_match": inf_ok, "pass": nan == 0 and inf_ok and e <= tol and el <= tol}
 
 
 def check_case(case, tol: float, other_tiers=()) -> dict:
@@ -218,6 +223,94 @@ def validate_fp8(n_random: int, tol: float, sgl, n_sglang: int = FP8_SGLANG_CASE
         log(f"validate fp8 extreme {j}: rel_err {r['rel_err']:.2e} nan {r['nan']}")
     return {"kv_dtype": FP8_KV, **summarise(cases, {t: TIERS[t] for t in FP8_TIERS}, tol), "cases": cases,
             "sglang": {"cases": sglang_rows}, "seconds": round(time.time() - t0, 1)}
+
+
+# The production algorithm's shapes (issue 24). DDTree (SGLang pull request #29907): D = budget + 1
+# nodes per request, each tree 1..D nodes and padded to D (topk 1: a chain, 2: a tree); DFLASH: a
+# causal block of --speculative-dflash-block-size tokens, no mask. Batches 1..48, prefixes up to
+# PRODUCTION_MAX_PREFIX (an empty one in every batch of more than one), 8 heads (one TP-8 rank of
+# Kimi-K2); every case at every tier of its pool.
+DDTREE_BUDGETS = (7, 16, 32, 64)
+DFLASH_BLOCKS = (8, 16, 32)
+PRODUCTION_BATCHES = (1, 8, 48)
+PRODUCTION_MAX_PREFIX = 3000
+PRODUCTION_SEED0 = 200_000
+PRODUCTION_HEADS = 8
+
+
+def production_plan() -> list[dict]:
+    """Every production case's parameters, in order, a pure function (tests hold it): DDTree budgets
+    x topk 1 and 2 (batch cycling through PRODUCTION_BATCHES; in a batch of several, sizes 1 and D
+    forced in the first two requests, the rest drawn), then DFLASH blocks x every batch; ids from 0."""
+    plan = []
+    for i, (budget, topk) in enumerate((b, k) for b in DDTREE_BUDGETS for k in (1, 2)):
+        plan.append(dict(family="ddtree", budget=budget, topk=topk, batch=PRODUCTION_BATCHES[i % 3]))
+    for block in DFLASH_BLOCKS:
+        for batch in PRODUCTION_BATCHES:
+            plan.append(dict(family="dflash", block=block, batch=batch))
+    for i, p in enumerate(plan):
+        p["id"], p["seed"] = i, PRODUCTION_SEED0 + i
+    return plan
+
+
+def production_case(p: dict, kv_dtype: str = "auto", device: str = "cuda", max_prefix: int = PRODUCTION_MAX_PREFIX):
+    """The case of one production_plan entry on a pool (`kv_dtype` as make_case's), on `device`;
+    prefixes drawn in 0..max_prefix (the CPU tests draw the same structure with short ones)."""
+    g = torch.Generator().manual_seed(p["seed"])
+    prefix = [int(x) for x in torch.randint(0, max_prefix + 1, (p["batch"],), generator=g)]
+    if p["batch"] > 1:
+        prefix[-1] = 0                                   # a request with no prefix at all
+    kw = dict(layout="scattered", seed=p["seed"], device=device, kv_dtype=kv_dtype)
+    if p["family"] == "dflash":
+        return dflash_case(prefix, p["block"], PRODUCTION_HEADS, **kw)
+    D = p["budget"] + 1
+    sizes = [int(x) for x in torch.randint(1, D + 1, (p["batch"],), generator=g)]
+    if p["batch"] > 1:
+        sizes[0] = 1                                     # the root alone: D - 1 padding nodes
+        sizes[1] = D                                     # no padding
+    if p["batch"] > 2:
+        sizes[-1] = max(1, D // 2)                       # padding rows over an empty prefix
+    return ddtree_case(prefix, p["budget"], PRODUCTION_HEADS, topk=p["topk"], tree_sizes=sizes, **kw)
+
+
+def validate_production(tol: float, sgl, kv_dtypes=("auto", FP8_KV), plan=None, device: str = "cuda",
+                        max_prefix: int = PRODUCTION_MAX_PREFIX) -> dict:
+    """production_plan's cases (or `plan`'s) on each pool, at the default tier and every other tier
+    of the pool, outputs NaN-poisoned; SGLang's extend_attention_fwd on the same inputs (recorded).
+    Each row says its family ("ddtree" or "dflash"), pool and shape. The "production" section of
+    validation-*.json."""
+    rows, sglang_rows, by = [], [], {}
+    t0 = time.time()
+    for kv in kv_dtypes:
+        tiers = FP8_TIERS if kv == FP8_KV else tuple(TIERS)
+        for p in plan or production_plan():
+            case = production_case(p, kv, device, max_prefix)
+            r = check_case(case, tol, other_tiers=tiers)
+            m = case.meta
+            r.update(family=p["family"], id=p["id"], kv_dtype=KV_NAMES[kv],
+                     **({"budget": m["budget"], "topk": m["topk"], "tree_sizes": m["tree_sizes"]}
+                        if p["family"] == "ddtree" else {"block": m["block"]}))
+            rows.append(r)
+            if sgl is not None:
+                sglang_rows.append(dict(id=p["id"], family=p["family"], kv_dtype=KV_NAMES[kv],
+                                        **compare_sglang(sgl, case)))
+            log(f"validate production {kv} {p['family']} id {p['id']}: rel_err {r['rel_err']:.2e}, "
+                f"pass all tiers {r['pass_all_tiers']}")
+    for r in rows:
+        checks = [r] + r["tiers"]
+        k = f"{r['family']}/{r['kv_dtype']}"
+        s = by.setdefault(k, {"family": r["family"], "kv_dtype": r["kv_dtype"], "n_cases": 0, "n_checks": 0,
+                              "failing": 0, "worst_rel_err": 0.0})
+        s["n_cases"] += 1
+        s["n_checks"] += len(checks)
+        s["failing"] += sum(not c["pass"] for c in checks)
+        s["worst_rel_err"] = max(s["worst_rel_err"], max(c["rel_err"] for c in checks))
+    return {"all_pass": all(r["pass_all_tiers"] for r in rows), "tolerance": tol, "n_cases": len(rows),
+            "n_checks": sum(s["n_checks"] for s in by.values()), "families": by, "cases": rows,
+            "sglang": {"cases": sglang_rows}, "seconds": round(time.time() - t0, 1)}
+
+
+KV_NAMES = {"auto": "bfloat16", FP8_KV: FP8_KV}
 
 
 def sglang_extend(sgl, case, o: torch.Tensor) -> None:
