@@ -32,7 +32,9 @@
   extend_attention_fwd at the centre), each row against its own roofline (fp8 prefix bytes).
 - integration: the SGLang plugin's adapter on a 61-layer Kimi-K2 shape.
 - sglang-backend: SGLang's real TritonAttnBackend with the plugin through its hook, CUDA graphs
-  of 61 layers, both arms, bf16 and fp8_e4m3 pools, memcheck (kernel/sglang/backend_check.py).
+  of 61 layers, both arms, bf16 and fp8_e4m3 pools, EAGLE trees, DFLASH blocks (SGLang's
+  DFlashVerifyInput) and DDTree's padded trees (pull request #29907's verify input), memcheck
+  (kernel/sglang/backend_check.py).
   Not in the default stages: needs the sglang bundle on PYTHONPATH (python -m
   kernel.sglang.device_bundle).
 - dcp-sim: decode context parallelism simulated on one GPU, N = 2, 4, 8 ranks at S = 185k

@@ -163,7 +163,7 @@ def _check_layout(name: str, t: torch.Tensor, row_elems: int) -> None:
 def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale,
                      *, k_scale: float | None = None, v_scale: float | None = None, out=None, lse_out=None,
                      workspace: Workspace | None = None, validate: bool = False,
-                     max_draft_len: int | None = None, tier: int | None = None):
+                     max_draft_len: int | None = None, tier: int | None = None, with_lse: bool = True):
     """Paged MLA tree-verify attention on the GPU, on a bf16 or an fp8_e4m3 KV pool.
 
     Args: exactly the oracle's (see `verify_attention_reference`), on one CUDA device:
@@ -179,6 +179,10 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
                k_extend is read as given. Required with an fp8 kv_cache; with bf16, None or 1.0.
       out:     [N, H, 512] bf16 to write (allocated when None)
       lse_out: [N, H] fp32 natural-log LSE to write (allocated when None)
+      with_lse: False: the kernel writes no LSE (a null pointer: the tiers and the merge skip
+               the store), nothing is allocated for it, lse_out must be None, and the call
+               returns (out, None); for callers that never read the LSE (SGLang's verify call
+               site without DCP)
       workspace: a Workspace on q's device (`get_workspace(q.device)` when None)
       validate: also check index/mask values (reads them back: a host sync)
       max_draft_len: the most draft tokens any request has (SGLang knows it statically: the
@@ -187,7 +191,7 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
       tier:    force a tier (TIERS: 0 = rows64, 1/2/4 = small with 8/16/32-row tiles, 6/8 = rows32d/
                rows64d); for
                benchmarks. Default: `pick_tier`.
-    Returns (o, lse).
+    Returns (o, lse), lse None when with_lse is False.
     """
     bs, H = check_shapes(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else kv_indptr, k_extend,
                          custom_mask, mask_indptr, qo_indptr, sm_scale, float_dtypes=(torch.bfloat16,),
@@ -214,6 +218,8 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
     if out is not None and (out.shape != (N, H, V_DIM) or out.dtype != torch.bfloat16 or not out.is_contiguous()):
         raise VerifyInputError(f"out: expected contiguous bf16 [{N}, {H}, {V_DIM}], got {out.dtype} "
                                f"{tuple(out.shape)} strides {tuple(out.stride())}")
+    if not with_lse and lse_out is not None:
+        raise VerifyInputError("lse_out: given with with_lse=False (the kernel writes no LSE then)")
     if lse_out is not None and (lse_out.shape != (N, H) or lse_out.dtype != torch.float32
                                 or not lse_out.is_contiguous()):
         raise VerifyInputError(f"lse_out: expected contiguous float32 [{N}, {H}], got {lse_out.dtype} "
@@ -234,7 +240,7 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
                      torch.arange(int(kv_indptr[-1]), device=q.device), k_extend, custom_mask, mask_indptr, qo_indptr)
     if out is None:
         out = torch.empty(N, H, V_DIM, dtype=torch.bfloat16, device=q.device)
-    if lse_out is None:
+    if lse_out is None and with_lse:
         lse_out = torch.empty(N, H, dtype=torch.float32, device=q.device)
     torch.ops.mla_verify.verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
                                           qo_indptr, float(sm_scale), out, lse_out, ws.buffer, ws.target_ctas,

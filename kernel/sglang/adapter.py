@@ -25,9 +25,12 @@ SGLang passes (eager and CUDA-graph forms differ only in index dtypes and sizes)
   k_scale / v_scale  k_descale / v_descale: layer.k_scale_float / v_scale_float, Python
               floats (1.0 when the layer has no scales); the kernel reads an fp8 prefix as
               e4m3 * k_scale (K) and e4m3[:512] * v_scale (V), k_extend unscaled
-Nothing here reads device memory or allocates (the LSE the kernel writes and SGLang
-ignores goes to scratch reserved at backend init): the call is captured in CUDA graphs
-and replayed with new lengths, so every check is on shapes, dtypes and Python scalars.
+Nothing here reads device memory or allocates: the call is captured in CUDA graphs and
+replayed with new lengths, so every check is on shapes, dtypes and Python scalars. The call
+site never reads an LSE (only SGLang's DCP path does, and the plugin's DCP path passes its
+own), so the kernel writes none (`with_lse=False`, a null pointer): nothing is sized from the
+draft tokens per request, which a fork may keep below what it verifies (DDTree's pull request:
+a block of 16, D = 33 verified).
 
 A fallback is counted and logged once per reason KIND (a short stable name such as
 "kv_dtype" or "logit_cap", the `reason` label of mla_verify_fallbacks_total), with the
@@ -61,16 +64,6 @@ _logged: set[str] = set()
 # first use (it loads the CUDA extension); CPU tests put a CPU stand-in here.
 _ops_module = None
 
-# Per-device fp32 LSE scratch [tokens * heads]: SGLang does not use the LSE, but
-# kernel.ops.verify_attention allocates one when lse_out is None, and nothing may
-# allocate per call. Reserved outside graph capture by the plugin (reserve_lse).
-_lse_scratch: dict[torch.device, torch.Tensor] = {}
-# Scratch replaced by a larger reservation. A CUDA graph captured earlier (a second target
-# backend built later, e.g. --speculative-adaptive) still writes to the old pointer on every
-# replay, so the old tensor lives as long as the process.
-_retired_lse: list[torch.Tensor] = []
-
-
 def ops():
     """The kernel module (kernel.ops unless `use_ops` replaced it)."""
     global _ops_module
@@ -86,26 +79,6 @@ def use_ops(module):
     global _ops_module
     previous, _ops_module = _ops_module, module
     return previous
-
-
-def reserve_lse(device, tokens: int, heads: int) -> torch.Tensor:
-    """Make sure `device` has LSE scratch for `tokens` x `heads` fp32 values; returns it.
-
-    Grows, never shrinks, and never frees a buffer a graph may hold (see _retired_lse).
-    Call outside CUDA-graph capture: the plugin does it when the backend is built, with
-    tokens = request pool size x draft tokens per request and heads = the layer's heads.
-    """
-    if tokens < 1 or heads < 1:
-        raise ValueError(f"reserve_lse: tokens and heads must be >= 1, got tokens={tokens}, heads={heads}")
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:   # tensors report cuda:N; key the same way
-        device = torch.device("cuda", torch.cuda.current_device())
-    have = _lse_scratch.get(device)
-    if have is None or have.numel() < tokens * heads:
-        if have is not None:
-            _retired_lse.append(have)
-        have = _lse_scratch[device] = torch.empty(tokens * heads, dtype=torch.float32, device=device)
-    return have
 
 
 def _fallback(kind: str, detail: str) -> bool:
@@ -228,11 +201,6 @@ def verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_in
                                 sinks, window_kv_offsets, xai_temperature_len)
     if reason is not None:
         return _fallback(*reason)
-    N, H = q_extend.shape[0], q_extend.shape[1]
-    lse = _lse_scratch.get(q_extend.device)
-    if lse is None or lse.numel() < N * H:
-        return _fallback("lse_scratch", f"no LSE scratch reserved for {N} tokens x {H} heads on {q_extend.device} "
-                         "(adapter.reserve_lse; the plugin reserves it at backend init)")
     m = ops()
     workspace = m.get_workspace(q_extend.device)
     if qo_indptr.shape[0] - 1 > workspace.max_bs:
@@ -244,7 +212,7 @@ def verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_in
         # max_len_extend is SGLang's draft tokens per request, a Python int in eager and graph
         # form alike: it picks the kernel's row tier without reading the device
         m.verify_attention(q_extend, k_buffer, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
-                           qo_indptr, float(sm_scale), **scales, out=o_extend, lse_out=lse[:N * H].view(N, H),
+                           qo_indptr, float(sm_scale), **scales, out=o_extend, with_lse=False,
                            workspace=workspace, max_draft_len=_draft_len(max_len_extend))
     except VerifyInputError as e:  # raised by its shape checks, before anything is launched or written
         return _fallback("kernel_rejected", f"kernel.ops rejected the call: {e}")

@@ -13,9 +13,16 @@ per arm (MLA_VERIFY_BACKEND=flash and =triton) over one model runner's pools. Ea
   path is affordable (small S), with the control arm's own graph (all layers);
 - the flash arm's replay compared with its eager form (init_forward_metadata) on the new batch;
 - the adapter must have run our kernel in every layer at capture, with no fallback.
-Plus: the adaptive-backend sequence (a later, larger backend must not free the LSE scratch an
-earlier graph writes) and one replay under `compute-sanitizer --tool memcheck` (a subprocess:
+Plus: the adaptive-backend sequence (a later, larger backend built after a capture must leave
+the earlier graph's replays right and free nothing they write: the verify call passes no LSE, so
+the plugin keeps no per-backend buffer a graph could outlive) and one replay under
+`compute-sanitizer --tool memcheck` (a subprocess:
 `python -m kernel.sglang.backend_check --sanitize OUT.json`).
+The production algorithm's shapes (PRODUCTION_CASES, issue 24): DFLASH with SGLang's real
+DFlashVerifyInput (a causal block of 16, no mask, its worker's metadata) and DDTree as its pull
+request #29907 builds the verify input (trees padded to D = budget + 1 with all-False rows, D = 17
+and 33 verified while the server's draft tokens stay at the block of 16, topk 1 and 2, a request
+with no prefix), on both pools.
 The same on SGLang's fp8_e4m3 pool (FP8_CASES, `--kv-cache-dtype fp8_e4m3` published, the
 layers' KV scales set as SGLang's Fp8 KV-cache method sets them, k_scale != v_scale too): ours
 against the oracle on the dequantized pool at TOL, against SGLang's own fp8 arm at
@@ -43,7 +50,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..fp8 import FP8
-from ..inputs import make_case
+from ..inputs import ddtree_case, dflash_case, make_case
 from . import adapter
 from .harness import SWITCH, Harness, publish_server_args, rel_err
 from .strict import StrictFlashError
@@ -78,6 +85,14 @@ class Spec:
     kv_dtype: str = "auto"      # make_case's: "auto" (bf16 pool) or "fp8_e4m3"
     k_scale: float | None = None   # fp8: every layer's k_scale_float (SGLang's 1.0 without checkpoint scales)
     v_scale: float | None = None   # fp8: every layer's v_scale_float
+    algorithm: str = "EAGLE"    # spec_inputs.ALGORITHMS: whose verify input the batches carry
+    budget: int | None = None   # DDTREE: the node budget; each request verifies budget + 1 tokens
+    topk: int = 2               # DDTREE: 1 (spine, a chain) or 2 (full tree)
+
+    @property
+    def width(self) -> int:
+        """Tokens each request verifies: budget + 1 for DDTREE, else the draft tokens."""
+        return self.budget + 1 if self.algorithm == "DDTREE" else self.draft
 
 
 CASES = (
@@ -113,6 +128,28 @@ FP8_CASES = (
     # 8 query rows per request: the small tier
     Spec("fp8-heads2-small", heads=2, draft=4, page=16, graph_bs=4, capture=(5000, 700, 16, 2500),
          replay=(4000, 1), control=True, kv_dtype=FP8_KV, k_scale=0.125, v_scale=0.25),
+)
+PRODUCTION_CASES = (
+    # DFLASH's block of 16 at the deployment's context, one request (128 query rows per request)
+    Spec("dflash-b16-185k", heads=8, draft=16, page=1, graph_bs=1, capture=(185_000,), replay=(180_001,),
+         control=False, algorithm="DFLASH"),
+    # DFLASH at batch 8, 6 real on replay, against SGLang's arm
+    Spec("dflash-b16-bs8", heads=8, draft=16, page=1, graph_bs=8,
+         capture=(3000, 517, 1200, 64, 2048, 9, 700, 1500), replay=(2900, 33, 1600, 800, 65, 0), control=True,
+         algorithm="DFLASH"),
+    # DDTree, budget 32 (D = 33) on a block of 16, full trees padded, a request with no prefix
+    Spec("ddtree-b32-bs4", heads=8, draft=16, page=1, graph_bs=4, capture=(2500, 0, 900, 40),
+         replay=(2000, 700, 0), control=True, algorithm="DDTREE", budget=32, topk=2),
+    # DDTree's spine (topk 1, D = 17) at the deployment's context
+    Spec("ddtree-b16-spine-185k", heads=8, draft=16, page=1, graph_bs=1, capture=(185_000,), replay=(180_001,),
+         control=False, algorithm="DDTREE", budget=16, topk=1),
+    # the same shapes on SGLang's fp8_e4m3 pool, calibrated scales
+    Spec("fp8-dflash-b16-bs8", heads=8, draft=16, page=1, graph_bs=8,
+         capture=(3000, 517, 1200, 64, 2048, 9, 700, 1500), replay=(2900, 33, 1600, 800, 65, 0), control=True,
+         algorithm="DFLASH", kv_dtype=FP8_KV, k_scale=0.0625, v_scale=0.0625),
+    Spec("fp8-ddtree-b64-bs4", heads=8, draft=16, page=1, graph_bs=4, capture=(2500, 0, 900, 40),
+         replay=(2000, 700, 0), control=True, algorithm="DDTREE", budget=64, topk=2, kv_dtype=FP8_KV,
+         k_scale=0.05, v_scale=0.02),
 )
 SANITIZE = Spec("sanitize", heads=16, draft=8, page=64, graph_bs=4, capture=(2000, 130), replay=(1500, 700, 64),
                 control=False, layers=2)
@@ -187,28 +224,40 @@ def _not_run(row: dict, t0: float, problem: str, **why) -> dict:
     return row
 
 
+def _spec_case(spec: Spec, prefixes, tree: str, layout: str, seed: int, device, scales: dict):
+    """The batch of one capture or replay: the algorithm's shape (kernel.inputs)."""
+    kw = dict(layout=layout, page_size=spec.page, seed=seed, device=device, slack=0.1, kv_dtype=spec.kv_dtype,
+              **scales)
+    if spec.algorithm == "DFLASH":
+        return dflash_case(list(prefixes), spec.draft, spec.heads, **kw)
+    if spec.algorithm == "DDTREE":
+        return ddtree_case(list(prefixes), spec.budget, spec.heads, topk=spec.topk, **kw)
+    return make_case(list(prefixes), [spec.draft] * len(prefixes), spec.heads, tree=tree, **kw)
+
+
 def run_case(spec: Spec, model_dir, *, device="cuda", cuda_graph: bool = True, tol: float = TOL,
              timing: bool = True) -> dict:
     """One Spec through SGLang's backend on both arms; the result row (see module docstring)."""
     t0 = time.time()
     fp8 = spec.kv_dtype == FP8_KV
-    T, H, P = spec.draft, spec.heads, spec.page
+    T, H, P = spec.width, spec.heads, spec.page
     control_tol = FP8_CONTROL_TOL if fp8 else tol
     row = dict(asdict(spec), kind="graph", capture_bs=len(spec.capture), replay_bs=len(spec.replay),
                S_max=max(spec.capture + spec.replay), control_tol=control_tol, refused=None, fallbacks={})
     scales = dict(k_scale=spec.k_scale, v_scale=spec.v_scale) if fp8 else {}
-    cap = make_case(list(spec.capture), [T] * len(spec.capture), H, tree=spec.tree, layout="scattered",
-                    page_size=P, seed=11, device=device, slack=0.1, kv_dtype=spec.kv_dtype, **scales)
-    rep = make_case(list(spec.replay), [T] * len(spec.replay), H, tree=spec.replay_tree, layout="fragmented",
-                    page_size=P, seed=12, device=device, slack=0.1, kv_dtype=spec.kv_dtype, **scales)
+    cap, rep = (_spec_case(spec, prefixes, tree, layout, seed, device, scales) for prefixes, tree, layout, seed in
+                ((spec.capture, spec.tree, "scattered", 11), (spec.replay, spec.replay_tree, "fragmented", 12)))
     slots = max(cap.kv_cache.shape[0], rep.kv_cache.shape[0])
-    context = _round_up(max(spec.capture + spec.replay) + 2 * T, max(P, 256))
+    # SGLang sizes its graph mask buffer by the server's draft tokens x (context + them): a DDTree
+    # request's D x (S + D) cells need a context D / draft times longer (the pull request's graph
+    # runner reserves D itself)
+    context = _round_up((max(spec.capture + spec.replay) + 2 * T) * -(-T // spec.draft), max(P, 256))
     try:   # the plugin's strict mode refuses, at server args or backend build, what it cannot serve
         publish_server_args(model_dir, device="cuda", draft_tokens=spec.draft, page_size=spec.page,
                             **({"kv_cache_dtype": spec.kv_dtype} if fp8 else {}))
-        h = Harness(heads=H, page_size=P, layers=spec.layers, draft=T, max_bs=spec.graph_bs, context=context,
-                    pool_slots=_round_up(slots + spec.graph_bs * T + 2 * P, P), device=device, arm="flash",
-                    kv_dtype=FP8 if fp8 else None)
+        h = Harness(heads=H, page_size=P, layers=spec.layers, draft=spec.draft, max_bs=spec.graph_bs,
+                    context=context, pool_slots=_round_up(slots + spec.graph_bs * T + 2 * P, P), device=device,
+                    arm="flash", kv_dtype=FP8 if fp8 else None, algorithm=spec.algorithm, verify_width=T)
     except StrictFlashError as e:
         return _not_run(row, t0, f"the plugin refused the flash arm: {e}", refused=str(e))
     if fp8:
@@ -263,16 +312,14 @@ def run_case(spec: Spec, model_dir, *, device="cuda", cuda_graph: bool = True, t
 
 def adaptive_scratch(model_dir, *, device="cuda", cuda_graph: bool = True, tol: float = TOL) -> dict:
     """--speculative-adaptive's sequence: a graph captured on a 4-token backend, then a 16-token
-    backend built (the LSE scratch grows), then memory allocated, then the first graph replayed:
-    its writes must land in memory it still owns (the new tensor keeps its sentinel)."""
+    backend built, then memory allocated, then the first graph replayed: it must still match the
+    oracle, and its writes must land in memory it owns (the new tensor, as large as the LSE
+    scratch the plugin once kept for the first backend, keeps its sentinel)."""
     publish_server_args(model_dir, device="cuda", draft_tokens=4)
     cap = make_case([900, 40], [4, 4], 8, tree="random", seed=21, device=device)
     h = Harness(heads=8, layers=2, draft=4, max_bs=4, context=2048, pool_slots=4096, device=device, arm="flash")
     h.capture(cap, 4, cuda_graph=cuda_graph, seed=3)
-    old = adapter._lse_scratch[torch.device(device) if device == "cpu" else
-                                torch.device("cuda", torch.cuda.current_device())]
-    old_size = old.numel()
-    del old
+    old_size = h.max_bs * 4 * h.heads
     publish_server_args(model_dir, device="cuda", draft_tokens=16)
     h.runner.decode_num_tokens_per_req = lambda: 16
     h.build_backend("flash")
@@ -320,7 +367,7 @@ def run_sanitizer(timeout_s: int = SANITIZER_TIMEOUT_S, kv_dtype: str = "auto") 
     return row
 
 
-def run(cases=CASES + FP8_CASES, *, sanitizer: bool = True, device="cuda", cuda_graph: bool = True,
+def run(cases=CASES + FP8_CASES + PRODUCTION_CASES, *, sanitizer: bool = True, device="cuda", cuda_graph: bool = True,
         log=print) -> dict:
     """Every case, the adaptive sequence and the memcheck replays (bf16, and fp8 when a case
     is fp8); the stage's JSON body."""

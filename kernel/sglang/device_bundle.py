@@ -134,7 +134,7 @@ def probe(out_path: str) -> None:
     from .model_configs import write_kimi_k2
 
     def zeros(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr, sm_scale, *,
-              out=None, lse_out=None, workspace=None, max_draft_len=None):
+              out=None, lse_out=None, workspace=None, max_draft_len=None, with_lse=True):
         out.zero_()
         return out, lse_out
     adapter.use_ops(types.SimpleNamespace(get_workspace=lambda d: types.SimpleNamespace(max_bs=4096),

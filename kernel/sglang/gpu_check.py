@@ -45,7 +45,6 @@ def run_tree(sgl, S: int, T: int, tree: str) -> dict:
         p[used] = torch.randn(used.numel(), 1, 576, device="cuda", dtype=torch.bfloat16)
         pools.append(p)
     N, H = case.q.shape[0], case.q.shape[1]
-    sglang_adapter.reserve_lse(case.q.device, N, H)
     outs = [torch.full((N, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda") for _ in range(LAYERS)]
     ref_o = torch.full_like(outs[0], float("nan"))
 

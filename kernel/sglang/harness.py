@@ -7,8 +7,10 @@ ReqToTokenPool, KVIndexTranslator, KVLocPlan, RadixAttention, ForwardMode, the p
 ServerArgs context, and the metadata code (init_forward_metadata for eager;
 init_cuda_graph_state + init_forward_metadata_out_graph for the CUDA-graph form, with the
 capture-time metadata reused on replay and padded dummy requests as SGLang's runner pads).
-Stand-ins: the ModelRunner, ModelConfig, ForwardBatch and spec info, as namespaces holding
-only the fields those code paths read.
+Stand-ins: the ModelRunner, ModelConfig and ForwardBatch, as namespaces holding only the
+fields those code paths read; the spec input of the algorithm under test (spec_inputs.py): the
+real DFlashVerifyInput with its worker's KVLocPlan for DFLASH, DDTree's fields (pull request
+#29907) on SGLang's SpecInput for DDTREE, a namespace for EAGLE.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import torch
 from ..checks import HEAD_DIM, V_DIM
 from ..fp8 import FP8_NAN_BYTES, check_scale, quantize_mla_rows
 from ..reference import verify_attention_reference
+from .spec_inputs import ALGORITHMS, verify_input, worker_metadata
 
 DRAFT = 8          # --speculative-num-draft-tokens of the published ServerArgs
 CONTEXT = 1024     # model context length: bounds req_to_token rows and the mask buffer
@@ -83,19 +86,28 @@ class _Graph:
 class Harness:
     """One model runner (pools, request table) and its target backends; `layers` MLA layers,
     each with its own latent pool, as the model has. `run_eager` / `capture` / `replay` feed
-    a VerifyCase (layer 0's inputs; other layers get seeded random rows at the same slots)."""
+    a VerifyCase (layer 0's inputs; other layers get seeded random rows at the same slots).
+
+    algorithm: whose spec input the batches carry (spec_inputs.ALGORITHMS). draft: the server's
+    draft tokens per request (the runner's decode_num_tokens_per_req, what the backend sizes its
+    graph state and its own defaults by); verify_width: the tokens each request verifies, when
+    the algorithm's spec input says otherwise (DDTree: D = budget + 1 against a block of draft)."""
 
     def __init__(self, *, heads=8, page_size=1, dtype=torch.bfloat16, kv_dtype=None, draft_worker=False,
                  arch=None, sliding_window_size=None, layers=1, draft=DRAFT, max_bs=MAX_BS, context=CONTEXT,
-                 pool_slots=POOL_SLOTS, device="cpu", arm=None, total_heads=None):
+                 pool_slots=POOL_SLOTS, device="cpu", arm=None, total_heads=None, algorithm="EAGLE",
+                 verify_width=None):
         import transformers
         from sglang.srt.configs.model_config import AttentionArch
         from sglang.srt.layers.radix_attention import RadixAttention
         from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
         from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool, ReqToTokenPool
 
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm: {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
         self.heads, self.page_size, self.dtype, self.layers = heads, page_size, dtype, layers
         self.draft, self.max_bs, self.pool_slots, self.device = draft, max_bs, pool_slots, torch.device(device)
+        self.algorithm, self.width = algorithm, verify_width or draft
         kv_dtype = kv_dtype or dtype
         model_config = types.SimpleNamespace(
             attention_arch=AttentionArch.MLA if arch is None else arch,
@@ -149,25 +161,25 @@ class Harness:
 
     def _load(self, case, pad_to: int | None = None, seed: int = 0):
         """Copy the case's pool (every layer) and request rows in; return the ForwardBatch stand-in."""
-        from sglang.srt.mem_cache.kv_loc_plan import KVLocPlan
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
         S, T = case.meta["prefix_lens"], case.meta["draft_lens"]
-        if any(t != self.draft for t in T):
-            raise ValueError(f"draft_lens: SGLang verifies {self.draft} tokens per request, got {T}")
+        W = self.width
+        if any(t != W for t in T):
+            raise ValueError(f"draft_lens: SGLang verifies {W} tokens per request, got {T}")
         bs, N = len(S), sum(T)
         if bs > self.max_bs or (pad_to or 0) > self.max_bs:
             raise ValueError(f"case: {bs} requests (padded to {pad_to}) exceed the request pool of {self.max_bs}")
         dev = self.device
         owned = case.kv_indices.to(dev)
-        self._fill_pools(case, (pad_to or bs) * self.draft, seed)
-        draft_slots = self._draft_slots((pad_to or bs) * self.draft)
+        self._fill_pools(case, (pad_to or bs) * W, seed)
+        draft_slots = self._draft_slots((pad_to or bs) * W)
         r2t = self.req_to_token_pool.req_to_token
         r2t.zero_()
         kvp = case.kv_indptr.tolist()
         for b in range(bs):
             r2t[b + 1, :S[b]] = owned[kvp[b]:kvp[b + 1]].to(torch.int32)
-            r2t[b + 1, S[b]:S[b] + T[b]] = draft_slots[b * self.draft:(b + 1) * self.draft].to(torch.int32)
+            r2t[b + 1, S[b]:S[b] + T[b]] = draft_slots[b * W:(b + 1) * W].to(torch.int32)
         req_pool_indices = torch.arange(1, bs + 1, dtype=torch.int64, device=dev)
         seq_lens_cpu = torch.tensor(S, dtype=torch.int64)
         out_cache_loc = draft_slots[:N]
@@ -178,18 +190,19 @@ class Harness:
             fill = self.backend.get_cuda_graph_seq_len_fill_value()
             req_pool_indices = torch.cat([req_pool_indices, torch.zeros(extra, dtype=torch.int64, device=dev)])
             seq_lens_cpu = torch.cat([seq_lens_cpu, torch.full((extra,), fill, dtype=torch.int64)])
-            out_cache_loc = torch.cat([out_cache_loc, torch.zeros(extra * self.draft, dtype=torch.int64, device=dev)])
+            out_cache_loc = torch.cat([out_cache_loc, torch.zeros(extra * W, dtype=torch.int64, device=dev)])
             bs = pad_to
         seq_lens = seq_lens_cpu.to(dev)
         mask = None if case.custom_mask is None else case.custom_mask.to(dev)
-        spec_info = types.SimpleNamespace(custom_mask=mask, num_tokens_per_req=self.draft)
-        plan = KVLocPlan(source=self.translator, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
-                         seq_lens_cpu=seq_lens_cpu, write_virtual=out_cache_loc)
+        plan, seq_lens_sum = worker_metadata(self.algorithm, self.translator, req_pool_indices=req_pool_indices,
+                                             seq_lens=seq_lens, seq_lens_cpu=seq_lens_cpu,
+                                             write_virtual=out_cache_loc, width=W)
+        spec_info = verify_input(self.algorithm, case, width=W, seq_lens=seq_lens, mask=mask, plan=plan, device=dev)
         return types.SimpleNamespace(
             forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs, req_pool_indices=req_pool_indices,
-            seq_lens=seq_lens, seq_lens_sum=int(seq_lens_cpu.sum()), seq_lens_cpu=seq_lens_cpu, kv_loc_plan=plan,
+            seq_lens=seq_lens, seq_lens_sum=seq_lens_sum, seq_lens_cpu=seq_lens_cpu, kv_loc_plan=plan,
             spec_info=spec_info, out_cache_loc=out_cache_loc, out_cache_loc_is_physical=False, encoder_lens=None,
-            mha_one_shot=False, attn_attend_prefix_cache=False, extend_seq_lens_cpu=[self.draft] * bs,
+            mha_one_shot=False, attn_attend_prefix_cache=False, extend_seq_lens_cpu=[W] * bs,
             mha_return_lse=False, positions=None)
 
     def _fill_pools(self, case, draft_tokens: int, seed: int) -> None:
@@ -271,10 +284,10 @@ class Harness:
         run_eager, real rows only."""
         backend = backend or self.backend
         if id(backend) not in self._graph_state:
-            backend.init_cuda_graph_state(self.max_bs, self.max_bs * self.draft)
+            backend.init_cuda_graph_state(self.max_bs, self.max_bs * self.width)
             self._graph_state.add(id(backend))
         fb = self._load(case, pad_to=graph_bs, seed=seed)
-        rows = graph_bs * self.draft
+        rows = graph_bs * self.width
         qs, ks = self.layer_inputs(case, seed)
         g = _Graph(graph_bs, fb, [self._padded(q, rows) for q in qs], [self._padded(k, rows) for k in ks])
         backend.init_forward_metadata_out_graph(fb, in_capture=True)
@@ -299,7 +312,7 @@ class Harness:
         backend = backend or self.backend
         g = self._graphs[id(backend)]
         fb = self._load(case, pad_to=g.bs, seed=seed)
-        rows = g.bs * self.draft
+        rows = g.bs * self.width
         qs, ks = self.layer_inputs(case, seed)
         for dst, src in zip(g.q + g.k, qs + ks):
             dst.copy_(self._padded(src, rows))

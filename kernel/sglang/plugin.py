@@ -21,8 +21,11 @@ The switch, read in each server process:
 With `flash`, anything that would leave SGLang's kernel serving every verify stops the
 server at start with one line (StrictFlashError, a SystemExit that SGLang's exception
 logging cannot swallow): an untested SGLang version, a hook target that does not resolve,
-a kernel library that does not load (checked here, before any weight is loaded), and the
-configurations strict.py lists. Each rank publishes which arm it installed (metrics.py).
+a kernel library that does not load (checked here, before any weight is loaded), a backend
+class without the verify call site (a fork), and the configurations strict.py lists. Each
+rank publishes which arm it installed (metrics.py), only after those checks passed. The
+verify slot needs nothing sized from the draft tokens per request: the call site reads no
+LSE, so the kernel writes none (adapter.py).
 """
 from __future__ import annotations
 
@@ -90,8 +93,6 @@ def install(backend) -> bool:
         # forward_extend sends every DCP extend to _forward_extend_dcp before the verify call site
         dcp_verify.install(backend)
     else:
-        sglang_adapter.reserve_lse(device, backend.req_to_token_pool.size * backend.target_verify_num_tokens_per_req,
-                                   backend.num_head)
         backend.use_verify_shared_kv = True
         backend.verify_shared_kv_fwd = torch.compiler.disable(sglang_adapter.verify_fwd)
     backend.mla_verify_backend = "flash"

@@ -8,12 +8,18 @@ kernel runs and still serve every verify with SGLang's kernel: an A/B of triton 
 triton. Each such configuration is known before any weight is loaded, so with
 MLA_VERIFY_BACKEND=flash the server stops instead, with one line that names the setting
 and the fix. Checked twice: on the resolved ServerArgs (the launcher, before it spawns
-anything, and every scheduler process), and on each target backend the hook installs into.
+anything, and every scheduler process), and on each target backend the hook installs into:
+there also that the backend's class has the call site at all (`call_site_problem`: a fork,
+or another version under MLA_VERIFY_ALLOW_UNTESTED_SGLANG=1, may not), before any arm is
+published.
 
 Not checkable from inside SGLang: an SGLANG_PLUGINS whitelist without `mla_verify` keeps
 this code out of every process; `rollout.arm` then reads the arm as "unknown".
 """
 from __future__ import annotations
+
+import functools
+import inspect
 
 import torch
 
@@ -111,9 +117,54 @@ def _dcp_problem(cfg) -> str | None:
     return None
 
 
+# What the plugin installs into, by name: the verify branch of forward_extend reads the flag and
+# calls the slot (SGLang 0.5.23, triton_backend.py:1851-1889); under DCP, forward_extend hands
+# every extend to _forward_extend_dcp, which dcp_verify.py wraps, and sizes its buffers from
+# target_verify_num_tokens_per_req. A fork may lack any of them (DDTree's pull request #29907 is
+# based on an SGLang whose forward_extend reads only use_verify_splitkv).
+CALL_SITE_NAMES = ("use_verify_shared_kv", "verify_shared_kv_fwd")
+DCP_NAMES = ("_forward_extend_dcp",)
+DCP_ATTRS = ("target_verify_num_tokens_per_req", "_forward_extend_dcp", "_set_kv_buffer", "_dcp_kv_indices")
+
+
+@functools.lru_cache(maxsize=None)
+def _source(fn) -> str | None:
+    try:
+        return inspect.getsource(inspect.unwrap(fn))
+    except (OSError, TypeError):
+        return None
+
+
+def call_site_problem(backend) -> str | None:
+    """The one-line refusal for a backend whose class has no verify call site the plugin can
+    install into (a fork, or another SGLang version run with the version override), or None.
+    Without it, `flash` would publish an arm that never runs: TARGET_VERIFY on SGLang's kernel."""
+    cls = type(backend)
+    fwd = getattr(cls, "forward_extend", None)
+    src = _source(fwd) if fwd is not None else None
+    where = f"{cls.__module__}.{cls.__qualname__}.forward_extend"
+    if src is None:
+        return _msg(f"the source of {where} cannot be read", "the plugin checks there that TARGET_VERIFY reaches "
+                    "its verify call site (use_verify_shared_kv / verify_shared_kv_fwd) before it says flash",
+                    "install SGLang from source files (not bytecode only)")
+    dcp = getattr(backend, "dcp_size", 1) > 1
+    missing = [f"{where} never reads {n}" for n in CALL_SITE_NAMES + (DCP_NAMES if dcp else ()) if n not in src]
+    attrs = ("verify_shared_kv_fwd",) + (DCP_ATTRS if dcp else ())
+    missing += [f"the backend has no attribute {a}" for a in attrs if not hasattr(backend, a)]
+    if not missing:
+        return None
+    return _msg(f"this SGLang's triton backend has no verify call site for the plugin ({'; '.join(missing)})",
+                "the kernel is reached only there, so every TARGET_VERIFY would run SGLang's kernel while the "
+                "server says flash", "SGLang 0.5.23 (its triton_backend.py), or a fork that keeps forward_extend's "
+                "verify branch (`if self.use_verify_shared_kv: ... self.verify_shared_kv_fwd(...)`)")
+
+
 def backend_problem(backend) -> str | None:
     """The one-line refusal for a target TritonAttnBackend (not a draft runner) that the
     kernel cannot serve, or None. Reads the fields its verify call site depends on."""
+    site = call_site_problem(backend)
+    if site:
+        return site
     if not getattr(backend, "use_mla", False):
         return _msg("the target model's attention is not MLA", "the kernel serves absorbed MLA (576/512) only",
                     "serve a DeepSeek-V3 / Kimi-K2 class model")

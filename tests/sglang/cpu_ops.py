@@ -9,6 +9,8 @@ node (DDTree's padding nodes, the DCP path's prefix-only call) attend to the pre
 a row that sees no key gets lse = -inf and o = 0, as the oracle gives them (kernel/csrc:
 1 / l = 0 for l = 0).
 
+with_lse=False (what the plugin's verify call site passes) returns (out, None), as kernel.ops does.
+
 KV scales as kernel.ops takes them: with a float8_e4m3fn kv_cache, k_scale and v_scale are
 required positive finite floats and go to the oracle (prefix K = e4m3 * k_scale, V =
 e4m3[:512] * v_scale); with bf16 they must be None or 1.0. A violation raises
@@ -38,12 +40,15 @@ class CpuOps:
 
     def verify_attention(self, q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr,
                          qo_indptr, sm_scale, *, k_scale=None, v_scale=None, out=None, lse_out=None,
-                         workspace=None, max_draft_len=None):
+                         workspace=None, max_draft_len=None, with_lse=True):
         scales = _scales(kv_cache, k_scale, v_scale)
+        if not with_lse and lse_out is not None:
+            raise VerifyInputError("lse_out: given with with_lse=False (the kernel writes no LSE then)")
         self.calls.append(dict(q=q, kv_cache=kv_cache, kv_indptr=kv_indptr, kv_indices=kv_indices,
                                k_extend=k_extend, custom_mask=custom_mask, mask_indptr=mask_indptr,
                                qo_indptr=qo_indptr, sm_scale=sm_scale, k_scale=k_scale, v_scale=v_scale,
-                               out=out, lse_out=lse_out, workspace=workspace, max_draft_len=max_draft_len))
+                               out=out, lse_out=lse_out, workspace=workspace, max_draft_len=max_draft_len,
+                               with_lse=with_lse))
         N, H, _ = q.shape
         out = torch.empty(N, H, 512, dtype=q.dtype) if out is None else out
         lse = torch.empty(N, H, dtype=torch.float32) if lse_out is None else lse_out
@@ -62,7 +67,7 @@ class CpuOps:
                 out[q0:q1], lse[q0:q1] = float("nan"), float("nan")
                 continue
             out[q0:q1], lse[q0:q1] = o_b.to(out.dtype), lse_b.float()
-        return out, lse
+        return out, (lse if with_lse else None)
 
 
 def _scales(kv_cache, k_scale, v_scale) -> dict:

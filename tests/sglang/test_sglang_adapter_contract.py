@@ -39,8 +39,8 @@ class _NoComputeOps:
 
 
 def test_adapter_issues_no_tensor_ops_itself(cpu_ops):
-    # .item()/.tolist() (a host sync) and torch.empty (an allocation) would both dispatch;
-    # the only ops allowed are the two views that carve lse_out out of the reserved scratch.
+    # .item()/.tolist() (a host sync) and torch.empty (an allocation) would both dispatch; the
+    # call asks the kernel for no LSE, so not even a view of a scratch buffer is left.
     stand_in = _NoComputeOps()
     sglang_adapter.use_ops(stand_in)
     a = _sglang_args()
@@ -49,4 +49,4 @@ def test_adapter_issues_no_tensor_ops_itself(cpu_ops):
         assert sglang_adapter.verify_fwd(**a) is True
         assert sglang_adapter.verify_fwd(**dict(a, logit_cap=30.0)) is False
     assert stand_in.ran == 1
-    assert rec.ops == ["aten.slice.Tensor", "aten.view.default"], rec.ops
+    assert rec.ops == [], rec.ops

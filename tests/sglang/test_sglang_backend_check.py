@@ -7,7 +7,7 @@ import types
 import pytest
 
 from kernel.sglang import adapter, backend_check, strict
-from kernel.sglang.backend_check import CASES, FP8_CASES, Spec, adaptive_scratch, run, run_case
+from kernel.sglang.backend_check import CASES, FP8_CASES, PRODUCTION_CASES, Spec, adaptive_scratch, run, run_case
 
 TINY = Spec("tiny", heads=8, draft=8, page=1, graph_bs=4, capture=(40, 9, 100), replay=(70, 3), control=True,
             layers=2)
@@ -44,8 +44,7 @@ def test_a_kernel_that_is_wrong_fails_the_case(flash, bf16_interpreter, model_di
 
 
 def test_a_fallback_at_capture_fails_the_case(flash, bf16_interpreter, model_dir, monkeypatch):
-    monkeypatch.setattr(adapter, "_lse_scratch", {})          # the plugin's reservation is lost
-    monkeypatch.setattr(adapter, "reserve_lse", lambda *a, **k: None)
+    flash.get_workspace("cpu").max_bs = 1                     # every batch exceeds the workspace: fallback
     one_arm = dataclasses.replace(TINY, control=False, layers=1)   # SGLang's kernel now runs the flash arm too
     row = run_case(one_arm, model_dir, device="cpu", cuda_graph=False, timing=False)
     assert not row["pass"] and "expected 1 kernel runs" in row["problems"][0], row["problems"]
@@ -134,7 +133,7 @@ def test_the_stage_runs_the_fp8_cases_and_an_fp8_memcheck(flash, model_dir, monk
     monkeypatch.setattr(backend_check, "adaptive_scratch",
                         lambda *a, **k: dict(name="adaptive-scratch", **{"pass": True}))
     doc = run(log=lambda m: None)
-    assert [c["name"] for c in doc["cases"][:-3]] == [c.name for c in CASES + FP8_CASES]
+    assert [c["name"] for c in doc["cases"][:-3]] == [c.name for c in CASES + FP8_CASES + PRODUCTION_CASES]
     assert asked == ["auto", "fp8_e4m3"] and doc["fp8_control_tol"] == backend_check.FP8_CONTROL_TOL
     assert run([TINY], log=lambda m: None) and asked[2:] == ["auto"]   # no fp8 case, no fp8 memcheck
 
@@ -165,4 +164,33 @@ def test_fp8_case_table_covers_scales_tiers_padding_and_the_centre():
     assert any(len(c.replay) < c.graph_bs for c in FP8_CASES)      # padded dummies on replay
     for c in FP8_CASES:
         assert len(c.capture) <= c.graph_bs and len(c.replay) <= c.graph_bs
+        assert not c.control or max(c.capture + c.replay) <= 65_536, c.name
+
+
+# ---- the production algorithm's shapes (issue 24): DFLASH and DDTree's pull request ----
+TINY_DFLASH = Spec("tiny-dflash", heads=8, draft=16, page=1, graph_bs=4, capture=(40, 9, 100), replay=(70, 0),
+                   control=True, layers=2, algorithm="DFLASH")
+TINY_DDTREE = Spec("tiny-ddtree", heads=8, draft=16, page=1, graph_bs=4, capture=(40, 0, 100), replay=(70, 3),
+                   control=True, layers=2, algorithm="DDTREE", budget=32, topk=2)
+
+
+@pytest.mark.parametrize("spec", [TINY_DFLASH, TINY_DDTREE], ids=lambda s: s.name)
+def test_production_shapes_pass_through_both_arms(flash, bf16_interpreter, model_dir, spec):
+    row = run_case(spec, model_dir, device="cpu", cuda_graph=False, timing=False)
+    assert row["pass"], row
+    assert row["fallbacks"] == {} and row["algorithm"] == spec.algorithm
+    assert row["rel_err_oracle_replay"] < 1e-2 and row["rel_err_vs_control"] < 1e-2 and row["graph_equals_eager"]
+
+
+def test_production_case_table_covers_the_issue():
+    dd = [c for c in PRODUCTION_CASES if c.algorithm == "DDTREE"]
+    fl = [c for c in PRODUCTION_CASES if c.algorithm == "DFLASH"]
+    assert {c.draft for c in fl} == {16} and {c.draft for c in dd} == {16}       # the server's block of 16
+    assert {c.width for c in dd} == {17, 33, 65} and {c.topk for c in dd} == {1, 2}
+    assert {c.kv_dtype for c in fl} == {c.kv_dtype for c in dd} == {"auto", "fp8_e4m3"}
+    assert any(0 in c.capture + c.replay for c in dd)                            # padding over no prefix
+    assert max(max(c.capture) for c in fl) == max(max(c.capture) for c in dd) == 185_000
+    assert any(c.control for c in fl) and any(c.control for c in dd)
+    for c in PRODUCTION_CASES:
+        assert len(c.capture) <= c.graph_bs and len(c.replay) <= c.graph_bs and c.layers == 61
         assert not c.control or max(c.capture + c.replay) <= 65_536, c.name
