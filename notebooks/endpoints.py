@@ -113,7 +113,7 @@ def modelled(e: dict, context_tokens: int) -> dict | None:
     try:  # the emulator's own model, rebuilt from the files it names
         from rollout.speed_model import SpeedModel
 
-        model = SpeedModel(Path(str(sm["bench_file"])).parent, fixed_ms=float(sm["fixed_ms"]))
+        model = SpeedModel(Path(str(sm["bench_file"])).parent, fixed_ms=float(sm["fixed_ms"]), T=int(sm.get("T", 8)))
         out["step_ms"] = model.step_ms(context_tokens, e["arm"])
     except (OSError, KeyError, TypeError, ValueError):  # files not here: its value at 185,000
         at = (sm.get("step_ms_at_185000") or {}).get(e["arm"])

@@ -11,7 +11,10 @@ With --api-key every path but /health*, /ready, /metrics answers 401 without
 `Authorization: Bearer KEY`, as SGLang does. Decode speed comes from rollout.speed_model (the
 recorded kernel measurements); tokens per verify step = the accept length. Tokens and logprobs
 come from rollout.emulator_model: prefill and verify are separate paths, as in SGLang.
-Faults on demand: see FAULTS; SIGUSR1 makes every later /generate answer 500. Every response carries `X-Emulator: mla-verify` and
+--speculative-algorithm names what it emulates (server_info, and whether it returns logprobs:
+an algorithm outside rollout.launch.LOGPROB_ALGORITHMS, such as DDTREE, answers return_logprob
+with HTTP 400); --draft-tokens is the tokens verified per request (DFLASH's block, DDTree's
+budget + 1), the T its speed model is at. Faults on demand: see FAULTS; SIGUSR1 makes every later /generate answer 500. Every response carries `X-Emulator: mla-verify` and
 /server_info has "emulator": true.
 """
 from __future__ import annotations
@@ -32,7 +35,7 @@ from urllib.parse import urlsplit
 
 from rollout.emulator_metrics import Metrics
 from rollout.emulator_model import Model, detokenize, input_logprobs, tokenize
-from rollout.launch import ARMS, BACKEND_ENV
+from rollout.launch import ARMS, BACKEND_ENV, LOGPROB_ALGORITHMS
 from rollout.speed_model import MissingMeasurements, SpeedModel
 
 FAULTS = {
@@ -176,7 +179,7 @@ class Emulator:
             "prefill_tok_s": a.prefill_tok_s,
             "model_path": a.model_path, "served_model_name": a.model_path, "attention_backend": "triton",
             "page_size": 1, "tp_size": self.ranks,
-            "context_length": 200000, "speculative_algorithm": "EAGLE",
+            "context_length": 200000, "speculative_algorithm": a.speculative_algorithm,
             "speculative_num_draft_tokens": a.draft_tokens, "host": a.host, "port": a.port,
             "enable_metrics": a.enable_metrics,
             # SGLang returns every server arg, the key and the launch command included: a
@@ -305,6 +308,9 @@ class Handler(BaseHTTPRequestHandler):
             raise ValueError("one of text or input_ids is required")
         if not ids or not all(isinstance(i, int) for i in ids):
             raise ValueError("batched or empty requests are not emulated: send one prompt")
+        if req.get("return_logprob") and self.emu.a.speculative_algorithm not in LOGPROB_ALGORITHMS:
+            raise ValueError(f"{self.emu.a.speculative_algorithm} does not return logprobs (emulated: DDTree's worker "
+                             "raises on return_logprob)")
         start = req.get("logprob_start_len")
         if req.get("return_logprob") and isinstance(start, int) and start > len(ids):
             # SGLang aborts such a request with this message (scheduler.py)
@@ -357,7 +363,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def serve(args) -> int:
     try:
-        speed = SpeedModel(args.data_dir, fixed_ms=args.fixed_ms)
+        speed = SpeedModel(args.data_dir, fixed_ms=args.fixed_ms, T=args.draft_tokens)
     except MissingMeasurements as e:
         print(f"emulator: {e}", file=sys.stderr)
         return 2
@@ -405,7 +411,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply every emulated delay (tests: 0.01)")
     p.add_argument("--fixed-ms", type=float, default=15.0, help="assumed non-attention time per decode step, ms")
     p.add_argument("--accept-length", type=float, default=2.5, help="tokens per verify step (assumed)")
-    p.add_argument("--draft-tokens", type=int, default=8)
+    p.add_argument("--draft-tokens", type=int, default=8, help="tokens verified per request (the speed model's T)")
+    p.add_argument("--speculative-algorithm", default="EAGLE", help="the algorithm emulated (DDTREE: no logprobs)")
     p.add_argument("--prefill-tok-s", type=float, default=8000.0, help="assumed prefill speed, tokens/s")
     p.add_argument("--startup-s", type=float, default=0.0, help="real seconds of 503 before ready (weights, graphs)")
     p.add_argument("--drain-s", type=float, default=30.0, help="on SIGTERM, wait this long for in-flight requests")

@@ -323,7 +323,7 @@ class Rollout:
     def gate_numerics(self, name: str):
         gt, ref = self.inv.gates, self.state["reference"]
         settings = {k: gt[k] for k in ("numerics_prompts", "numerics_prompt_tokens", "numerics_new_tokens",
-                                       "numerics_long_context_tokens", "seed")}
+                                       "numerics_long_context_tokens", "seed", "numerics_mode")}
 
         def run():
             peer = self.control_for(name, "numerics", settings)
@@ -333,6 +333,7 @@ class Rollout:
                 prompt_tokens=gt["numerics_prompt_tokens"], new_tokens=gt["numerics_new_tokens"],
                 long_context_tokens=gt["numerics_long_context_tokens"], seed=gt["seed"],
                 min_top1_agreement=gt["min_top1_agreement"], max_mean_abs_logprob_diff=gt["max_mean_abs_logprob_diff"],
+                mode=gt["numerics_mode"], min_token_agreement=gt["min_token_agreement"],
                 timeout=self.request_timeout(), api_key=self.api_key, recorded_control=ref.get("numerics_control"),
                 progress=lambda m: (self.check_progress(name), self.p.say(f"[{name}]   {m}")))
         peer, r = self.attempt(name, "numerics", run)

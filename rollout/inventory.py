@@ -2,7 +2,8 @@
 
     [rollout]   canary, max_unavailable, startup/drain/progress deadlines, gate retries,
                 state_dir, results_dir, rollback_all
-    [launch]    parameters of the default SGLang launch template (rollout/launch.py)
+    [launch]    parameters of the default SGLang launch template (rollout/launch.py): the
+                speculative algorithm and its own parameters (a key of another one is refused)
     [gates]     numerics, speed and metric thresholds
     [auth]      api_key_env or api_key_file: the servers' --api-key, never written anywhere
     [[group]]   name, host, port, gpus, launcher = "local" | "systemd" | "command", and
@@ -25,9 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollout.launch import DEFAULTS as LAUNCH_DEFAULTS
+from rollout.launch import LOGPROB_ALGORITHMS, check_params
 
 LAUNCHERS = ("local", "systemd", "command")
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+NUMERICS_MODES = ("auto", "logprobs", "tokens")
 
 # field -> (type, default); a default of REQUIRED makes the field mandatory.
 REQUIRED = object()
@@ -55,6 +59,10 @@ GATE_FIELDS = {
     "numerics_long_context_tokens": (int, None),
     "min_top1_agreement": (float, 0.95),
     "max_mean_abs_logprob_diff": (float, 0.05),
+    # "logprobs", "tokens" (no logprobs asked: rollout/numerics_tokens.py), or "auto": logprobs for
+    # the algorithms that return verify-path logprobs (rollout.launch.LOGPROB_ALGORITHMS), else tokens
+    "numerics_mode": (str, "auto"),
+    "min_token_agreement": (float, 0.95),
     "context_tokens": (int, 185000),
     "rounds": (int, 5),
     "max_new_tokens": (int, 32),
@@ -313,6 +321,9 @@ def load(path: str | Path) -> Inventory:
     unknown = sorted(set(launch) - set(LAUNCH_DEFAULTS))
     if unknown:
         raise InventoryError(f"{path}: [launch]: field {unknown[0]!r}: unknown (known: {', '.join(LAUNCH_DEFAULTS)})")
+    problem = check_params(launch, template=False)
+    if problem:
+        raise InventoryError(f"{path}: [launch]: {problem}")
     groups_raw = raw.get("group")
     if not isinstance(groups_raw, list) or not groups_raw:
         raise InventoryError(f"{path}: field 'group': missing (at least one [[group]] table)")
@@ -337,6 +348,12 @@ def load(path: str | Path) -> Inventory:
                              f"{settings['max_unavailable']}")
     if gates["numerics_long_context_tokens"] is None:
         gates["numerics_long_context_tokens"] = gates["context_tokens"]
+    if gates["numerics_mode"] not in NUMERICS_MODES:
+        raise InventoryError(f"{path}: [gates]: field 'numerics_mode': {gates['numerics_mode']!r} is not one of "
+                             f"{', '.join(NUMERICS_MODES)}")
+    if gates["numerics_mode"] == "auto":
+        algorithm = launch.get("speculative_algorithm", LAUNCH_DEFAULTS["speculative_algorithm"])
+        gates["numerics_mode"] = "logprobs" if algorithm in LOGPROB_ALGORITHMS else "tokens"
     inv = Inventory(path=path.resolve(), groups=groups, launch=launch, settings=settings, gates=gates, auth=auth)
     if settings["canary"] is not None and settings["canary"] not in seen_name:
         raise InventoryError(f"{path}: [rollout]: field 'canary': no group named {settings['canary']!r}")

@@ -5,42 +5,74 @@ Every inventory group uses this template unless it names its own `command`. The 
 plugin in every server process reads MLA_VERIFY_BACKEND (triton = control, flash = ours),
 so a rollback is an environment change, never a different command line.
 
-Two checkpoint kinds, one template:
-- without a NextN/MTP layer (Kimi-K2 as published): EAGLE3 with an external draft
-  (`speculative_algorithm = "EAGLE3"`, the default, and `draft_model_path`);
-- with one NextN layer (DeepSeek-V3): `speculative_algorithm = "EAGLE"` and no
-  `draft_model_path`, so SGLang loads the checkpoint's own NextN layer as the draft.
-EAGLE without a draft on a checkpoint that has no NextN layer fails at the draft's weight
-load (`AssertionError: Only 1 nextn layer is supported`), minutes into the start.
+The entrypoint is `sglang serve --model-type llm` (SGLang 0.5.23's recommended one: `python -m
+sglang.launch_server` still works but warns that `sglang serve` supersedes it; serve loads the
+plugins, then hands the same arguments to the same ServerArgs and run_server; `--model-type llm`
+skips its diffusion-model detection). `sglang` is the console script SGLang installs ([launch]
+`sglang`: the server's PATH, or an absolute path).
+
+The speculative algorithm and its own parameters (ALGORITHM_KEYS), one template:
+- EAGLE3 (the default) with an external draft (`draft_model_path`), for a checkpoint without a
+  NextN/MTP layer (Kimi-K2 as published); EAGLE (NEXTN is SGLang's alias) without
+  `draft_model_path` on a checkpoint with one NextN layer (DeepSeek-V3), which SGLang loads as
+  the draft (without one: `AssertionError: Only 1 nextn layer is supported`, minutes into the
+  start). Their keys: speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens.
+- DFLASH (SGLang 0.5.23, a block-diffusion drafter): `draft_model_path` (required) and
+  speculative_dflash_block_size, the tokens it verifies per request (SGLang sets the draft
+  tokens to it and steps / top-k to 1; given EAGLE's flags it warns and overrides them).
+- any other algorithm a fork registers (DDTREE, SGLang pull request #29907): passed through as
+  named, `draft_model_path` if given, and its own flags from `speculative_args` (an argv list:
+  `["--speculative-dflash-block-size", "16", "--speculative-ddtree-budget", "32"]`); this tool
+  checks neither the name nor the flags (the fork's parser does, at start).
+A key of another algorithm set in [launch] is refused, naming it, so an inventory never carries
+a parameter its algorithm ignores.
 
 Flags are those of SGLang 0.5.23 (../shared/reading/sglang.md section 4). This template is
 the one source of the launch command: the README shows it rendered, and
 tests/sglang/test_sglang_launch_command.py keeps the two identical and resolves each
-documented command through SGLang's full ServerArgs resolution against Kimi-K2-shaped
-configs; tests/rollout/test_rollout_launch.py parses it with SGLang's own argument parser.
+documented command through `sglang serve`'s argument handling and SGLang's full ServerArgs
+resolution against Kimi-K2-shaped configs; tests/rollout/test_rollout_launch.py parses it with
+SGLang's own argument parser.
 """
 from __future__ import annotations
 
+import re
 import shlex
 
 BACKEND_ENV = "MLA_VERIFY_BACKEND"
 ARMS = ("triton", "flash")  # control, candidate
-# EAGLE3 needs an external draft; EAGLE (NEXTN is SGLang's alias of it) uses the target
-# checkpoint's NextN layer when no draft path is given.
-ALGORITHMS = ("EAGLE3", "EAGLE", "NEXTN")
+EAGLE_KEYS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+# Each algorithm this template knows, with its own [launch] keys (each becomes --the-key-name);
+# any other algorithm is passed through with `speculative_args`.
+ALGORITHM_KEYS = {"EAGLE3": EAGLE_KEYS, "EAGLE": EAGLE_KEYS, "NEXTN": EAGLE_KEYS,
+                  "DFLASH": ("speculative_dflash_block_size",)}
+ALGORITHMS = tuple(ALGORITHM_KEYS)
+NEEDS_DRAFT = ("EAGLE3", "DFLASH")
+# The algorithms whose decode-time output_token_logprobs SGLang 0.5.23 computes from the verify
+# logits (compute_spec_logprobs: eagle_worker_common.py, dflash_worker_v2.py:2951); the numerics
+# gate's "auto" mode asks others for none (DDTree's worker raises on return_logprob).
+LOGPROB_ALGORITHMS = ("EAGLE3", "EAGLE", "NEXTN", "DFLASH")
+_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 # Parameters an inventory's [launch] table may override. model paths have no default:
 # a launch with a guessed model path would load the wrong weights for minutes.
 DEFAULTS = {
+    # the console script `sglang serve` runs from (the server's PATH, or an absolute path)
+    "sglang": "sglang",
+    # the interpreter a group's own `command` may name as {python}; the template does not use it
     "python": "python",
     "model_path": None,
-    # Required with EAGLE3; leave unset with EAGLE for a checkpoint with a NextN layer.
+    # Required with EAGLE3 and DFLASH; leave unset with EAGLE for a checkpoint with a NextN layer.
     "draft_model_path": None,
     "speculative_algorithm": "EAGLE3",
     "speculative_num_steps": 3,
     "speculative_eagle_topk": 4,
     # T = 8 draft tokens per verify: the shape the kernel's centre point measures.
     "speculative_num_draft_tokens": 8,
+    # DFLASH: its block, the tokens each request verifies (the drafter's trained block size)
+    "speculative_dflash_block_size": 16,
+    # an algorithm this template does not know (a fork's DDTREE): its flags, as argv items
+    "speculative_args": [],
     "context_length": "200k",
     # Captures TARGET_VERIFY graphs too in 0.5.23 (--cuda-graph-max-bs no longer exists).
     "cuda_graph_max_bs_decode": 8,
@@ -50,18 +82,17 @@ DEFAULTS = {
     "bind_host": None,
     "extra_args": [],
 }
+SPECULATIVE = "{speculative}"   # where the algorithm's flags go in TEMPLATE
 
 TEMPLATE = [
-    "{python}", "-m", "sglang.launch_server",
+    "{sglang}", "serve", "--model-type", "llm",
     "--model-path", "{model_path}",
     "--trust-remote-code",
     "--attention-backend", "triton",
     "--page-size", "1",
     "--tp-size", "{tp_size}",
     "--speculative-algorithm", "{speculative_algorithm}",
-    "--speculative-num-steps", "{speculative_num_steps}",
-    "--speculative-eagle-topk", "{speculative_eagle_topk}",
-    "--speculative-num-draft-tokens", "{speculative_num_draft_tokens}",
+    SPECULATIVE,
     "--context-length", "{context_length}",
     "--cuda-graph-max-bs-decode", "{cuda_graph_max_bs_decode}",
     "--mem-fraction-static", "{mem_fraction_static}",
@@ -69,6 +100,49 @@ TEMPLATE = [
     "--host", "{bind_host}",
     "--port", "{port}",
 ]
+
+
+def flag(key: str) -> str:
+    """The SGLang flag of a [launch] key: speculative_num_steps -> --speculative-num-steps."""
+    return "--" + key.replace("_", "-")
+
+
+def check_params(params: dict, *, template: bool = True) -> str | None:
+    """What is wrong with a [launch] table's speculative settings (the message names the field),
+    or None. `params`: the keys the inventory sets (not the defaults). template=False leaves out
+    what only the default launch template needs (a draft model path: groups with their own
+    `command` may never render it)."""
+    values = {**DEFAULTS, **params}
+    algorithm = values["speculative_algorithm"]
+    if not isinstance(algorithm, str) or not _NAME.match(algorithm):
+        return (f"field 'speculative_algorithm': {algorithm!r} is not an algorithm name (upper case, as SGLang "
+                f"spells them: {', '.join(ALGORITHMS)}, or one a fork registers, such as DDTREE)")
+    own = ALGORITHM_KEYS.get(algorithm, ())
+    for key in sorted(params):
+        owners = [a for a, keys in ALGORITHM_KEYS.items() if key in keys]
+        if owners and key not in own:
+            return (f"field {key!r}: a parameter of {'/'.join(owners)}, not of speculative_algorithm = "
+                    f"{algorithm!r} (its own: {', '.join(own) or 'speculative_args'})")
+    extra = values["speculative_args"]
+    if not isinstance(extra, list) or not all(isinstance(a, (str, int, float)) for a in extra):
+        return f"field 'speculative_args': expected a list of argv items, got {extra!r}"
+    if extra and algorithm in ALGORITHM_KEYS:
+        return (f"field 'speculative_args': for an algorithm this template does not know; {algorithm} takes "
+                f"{', '.join(own)}")
+    if template and algorithm in NEEDS_DRAFT and not values.get("draft_model_path"):
+        other = ("for a checkpoint with a NextN layer: speculative_algorithm = \"EAGLE\" without a draft"
+                 if algorithm == "EAGLE3" else "its block-diffusion drafter")
+        return f"field 'draft_model_path': not set; {algorithm} needs an external draft model ({other})"
+    return None
+
+
+def speculative_flags(values: dict) -> list[str]:
+    """The argv after --speculative-algorithm's value: the draft, then the algorithm's own flags."""
+    algorithm = values["speculative_algorithm"]
+    out = ["--speculative-draft-model-path", str(values["draft_model_path"])] if values.get("draft_model_path") else []
+    for key in ALGORITHM_KEYS.get(algorithm, ()):
+        out += [flag(key), str(values[key])]
+    return out + [str(a) for a in values["speculative_args"]]
 
 
 def group_env(gpus: list[int], arm: str) -> dict[str, str]:
@@ -92,22 +166,16 @@ def render(argv: list[str], values: dict) -> list[str]:
 def launch_argv(params: dict, *, host: str, port: int, gpus: list[int], arm: str) -> list[str]:
     """argv of the default SGLang launch for one group (tp size = number of GPUs). The arm is
     not on the command line (see the module docstring); it is accepted so every launcher
-    calls this the same way."""
+    calls this the same way. Raises ValueError naming the [launch] field that is wrong."""
     values = {**DEFAULTS, **params}
     if not values.get("model_path"):
         raise ValueError("[launch] model_path is not set; the default launch template needs it")
-    algorithm = str(values["speculative_algorithm"])
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"[launch] speculative_algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
-    draft = values.get("draft_model_path")
-    if algorithm == "EAGLE3" and not draft:
-        raise ValueError("[launch] draft_model_path is not set; EAGLE3 needs an external draft model "
-                         "(for a checkpoint with a NextN layer: speculative_algorithm = \"EAGLE\" without a draft)")
+    problem = check_params(params)
+    if problem:
+        raise ValueError(f"[launch] {problem}")
     values.update(host=host, port=port, tp_size=len(gpus), bind_host=values["bind_host"] or host)
-    argv = render(TEMPLATE, values)
-    if draft:
-        at = argv.index("--speculative-algorithm") + 2
-        argv[at:at] = ["--speculative-draft-model-path", str(draft)]
+    at = TEMPLATE.index(SPECULATIVE)
+    argv = render(TEMPLATE[:at], values) + speculative_flags(values) + render(TEMPLATE[at + 1:], values)
     return argv + [str(a) for a in values["extra_args"]]
 
 

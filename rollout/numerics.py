@@ -1,5 +1,13 @@
 """Numerics gate: does the candidate's verify kernel give the control's numbers?
 
+Two modes, named in every result ("mode"): "logprobs" (below) for servers that return
+decode-time logprobs from the verify logits (EAGLE, EAGLE3, NEXTN and DFLASH in SGLang 0.5.23),
+"tokens" (rollout/numerics_tokens.py: greedy token agreement, no logprobs asked) for those that
+cannot (DDTree's worker raises on return_logprob). The inventory's `numerics_mode = "auto"`
+picks by [launch] speculative_algorithm (rollout.launch.LOGPROB_ALGORITHMS); a group started by
+its own `command` should name the mode.
+
+Mode "logprobs":
 Our kernel runs only in TARGET_VERIFY, i.e. while the server decodes with EAGLE; a prompt
 scored by teacher forcing is a prefill (EXTEND) and runs SGLang's own kernel on both arms.
 So the gated quantity is the candidate's own decode-time `output_token_logprobs`: under
@@ -42,7 +50,11 @@ import statistics
 
 from rollout.ab import make_input_ids
 from rollout.client import EndpointError, post_json
+from rollout.numerics_tokens import compare_tokens
 from rollout.sglang_logprobs import LayoutError, decode_body, decoded, score_body, scored, warm_body
+
+
+MODES = ("logprobs", "tokens")
 
 
 def make_prompts(n: int, tokens: int, seed: int) -> list[list[int]]:
@@ -114,13 +126,19 @@ def _one_prompt(cand, ctrl, prompt, new_tokens, ask, recorded=None) -> dict:
 def compare(candidate_url: str, control_url: str | None, *, prompts: int = 8, prompt_tokens: int = 64,
             new_tokens: int = 16, long_context_tokens: int = 0, seed: int = 0, min_top1_agreement: float = 0.95,
             max_mean_abs_logprob_diff: float = 0.05, timeout: float = 300.0, api_key: str | None = None,
-            recorded_control: list[dict] | None = None, progress=None) -> dict:
-    """Returns {"passed", "verdict" (pass | fail | inconclusive), "reason", "top1_agreement",
+            recorded_control: list[dict] | None = None, progress=None, mode: str = "logprobs",
+            min_token_agreement: float = 0.95) -> dict:
+    """mode "logprobs" (below) or "tokens" (numerics_tokens.compare_tokens, with
+    min_token_agreement; the other thresholds unused). Both results say their "mode".
+
+    Returns {"passed", "verdict" (pass | fail | inconclusive), "reason", "mode", "top1_agreement",
     "mean_abs_logprob_diff", "max_abs_logprob_diff" (all three of the gated comparison),
     "gated", "control_self", "candidate_prefill" (stats dicts), "contexts" (per context),
     "prompts": [...], "control_outputs": [...]}. control_outputs can be passed back as
     recorded_control when no live control group is left. Raises EndpointError (with .url) for
     an endpoint that fails and LayoutError for an answer not in SGLang's layout."""
+    if mode not in MODES:
+        raise ValueError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     if control_url is None and not recorded_control:
         raise ValueError("control_url is None and no recorded_control was given")
     if prompts < 1 or prompt_tokens < 2 or new_tokens < 2:
@@ -132,6 +150,14 @@ def compare(candidate_url: str, control_url: str | None, *, prompts: int = 8, pr
 
     def ask(url, body, what):
         return post_json(url, "/generate", body, timeout=timeout, api_key=api_key)
+
+    if mode == "tokens":
+        if recorded_control and "ref_tokens" not in recorded_control[0]:
+            raise ValueError("recorded_control: recorded by mode 'logprobs'; mode 'tokens' needs its own")
+        return compare_tokens(candidate_url, control_url, prompts=prompts, prompt_tokens=prompt_tokens,
+                              new_tokens=new_tokens, long_context_tokens=long_context_tokens, seed=seed,
+                              min_token_agreement=min_token_agreement, ask=ask, make_prompts=make_prompts,
+                              recorded_control=recorded_control, say=say)
 
     cases = [("short", p) for p in make_prompts(prompts, prompt_tokens, seed)]
     if long_context_tokens:
@@ -196,7 +222,7 @@ def compare(candidate_url: str, control_url: str | None, *, prompts: int = 8, pr
     contexts = {c: {"gated": a.stats(), "control_self": b.stats(), "candidate_prefill": x.stats()}
                 for c, (a, b, x) in by_context.items()}
     return {"passed": verdict == "pass", "verdict": verdict, "reason": f"{verdict.upper()}: {why} {limits}",
-            "top1_agreement": g["top1_agreement"], "mean_abs_logprob_diff": g["mean_abs_logprob_diff"],
+            "mode": "logprobs", "top1_agreement": g["top1_agreement"], "mean_abs_logprob_diff": g["mean_abs_logprob_diff"],
             "max_abs_logprob_diff": g["max_abs_logprob_diff"],
             "gated_quantity": "candidate decode-time output_token_logprobs[1:] (TARGET_VERIFY logits under EAGLE) "
                               "vs the control's prefill scoring of the same tokens",
@@ -204,11 +230,11 @@ def compare(candidate_url: str, control_url: str | None, *, prompts: int = 8, pr
             "first_token_agreement": statistics.fmean(first_token_agree) if first_token_agree else None,
             "exact_prompts": sum(x["exact"] for x in per_prompt),
             "control_source": "live" if control_url else "recorded",
-            "settings": {"prompts": prompts, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
+            "settings": {"mode": "logprobs", "prompts": prompts, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
                          "long_context_tokens": long_context_tokens, "seed": seed,
                          "min_top1_agreement": min_top1_agreement,
                          "max_mean_abs_logprob_diff": max_mean_abs_logprob_diff},
             "prompts": per_prompt, "control_outputs": control_outputs}
 
 
-__all__ = ["compare", "make_prompts", "EndpointError", "LayoutError"]
+__all__ = ["compare", "make_prompts", "MODES", "EndpointError", "LayoutError"]

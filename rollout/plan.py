@@ -50,9 +50,12 @@ def plan_lines(inv: Inventory, canary: str | None = None, rollback_all: bool = F
         long = gt["numerics_long_context_tokens"]
         step(f"[{name}] gate numerics vs {control}: {gt['numerics_prompts']} prompts of "
              f"{gt['numerics_prompt_tokens']} tokens" + (f" and one of {long} (prefix cache warmed)" if long else "")
-             + f", {gt['numerics_new_tokens']} greedy tokens each; the candidate's decode-time logprobs (its "
-             f"verify path) vs the control's teacher-forced scoring of the same tokens: top-1 agreement >= "
-             f"{gt['min_top1_agreement']}, mean |dlogprob| <= {gt['max_mean_abs_logprob_diff']}")
+             + f", {gt['numerics_new_tokens']} greedy tokens each; " + (
+                 f"the candidate's decode-time logprobs (its verify path) vs the control's teacher-forced scoring of "
+                 f"the same tokens: top-1 agreement >= {gt['min_top1_agreement']}, mean |dlogprob| <= "
+                 f"{gt['max_mean_abs_logprob_diff']}" if gt["numerics_mode"] == "logprobs" else
+                 f"no logprobs asked (mode tokens): the candidate's greedy tokens (its verify path) vs the control's "
+                 f"greedy tokens after the same context: agreement >= {gt['min_token_agreement']}"))
         step(f"[{name}] gate speed vs {control}: {gt['rounds']} interleaved rounds, {gt['context_tokens']} tokens of "
              f"context (prefix cache warmed), {gt['max_new_tokens']} streamed tokens, ignore_eos; pass if median "
              f"ratio and CI{gt['ci_level']:.0%} low >= {1 - gt['speed_threshold']:.3f}")

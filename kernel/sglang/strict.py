@@ -63,7 +63,7 @@ def server_args_problem(server_args) -> str | None:
         return None   # SGLang's own placeholder records (override_server_args), not a server
     if cfg.use_ray:
         return _msg("--use-ray", "SGLang's Ray scheduler actors never load plugins, so no rank installs the "
-                    "kernel", "launch without --use-ray (python -m sglang.launch_server)")
+                    "kernel", "launch without --use-ray (sglang serve)")
     if not cfg.speculative_algorithm:
         return _msg("no --speculative-algorithm", "without speculative decoding there is no TARGET_VERIFY "
                     "for the kernel to serve", "add the speculative flags of the README's launch command")

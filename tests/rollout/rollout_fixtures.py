@@ -18,6 +18,14 @@ def bench_rows(extend_us_per_token: float = 0.18, flash_us_per_token: float = 0.
         for impl, per_tok, fixed in (("sglang_extend", extend_us_per_token, 20.0), ("flash", flash_us_per_token, 8.0)):
             rows.append({"sweep": "S", "S": S, "prefix_lens": [S], "T": 8, "H": 8, "layout": "scattered",
                          "page_size": 1, "batch": 1, "impl": impl, "time_us": fixed + per_tok * S})
+    # the "T" sweep at 185k (T = 8 is the S sweep's row): SGLang's extend grows with T (one more
+    # row block per 16 tokens), ours by a tenth per 8 tokens (math, not bytes)
+    for T in (1, 16, 32, 64):
+        for impl, per_tok, fixed in (("sglang_extend", extend_us_per_token, 20.0), ("flash", flash_us_per_token, 8.0)):
+            base = fixed + per_tok * 185000
+            factor = max(1.0, T / 8) if impl == "sglang_extend" else 1 + 0.1 * (T - 8) / 8
+            rows.append({"sweep": "T", "S": 185000, "prefix_lens": [185000], "T": T, "H": 8, "layout": "scattered",
+                         "page_size": 1, "batch": 1, "impl": impl, "time_us": base * factor})
     # rows of other sweeps and layouts must be ignored by the speed model
     rows.append({"sweep": "layout", "S": 185000, "T": 8, "H": 8, "layout": "fragmented", "page_size": 1,
                  "batch": 1, "impl": "flash", "time_us": 1e9})

@@ -56,8 +56,9 @@ class Fleet:
 
     def __init__(self, tmp_path: Path, data_dir: Path, n: int = 3, extra: dict | None = None,
                  gates: dict | None = None, settings: dict | None = None, auth: dict | None = None,
-                 api_key: str | None = None):
-        """auth: the inventory's [auth] table; api_key: what the test itself sends."""
+                 api_key: str | None = None, launch: dict | None = None):
+        """auth: the inventory's [auth] table; api_key: what the test itself sends; launch: its
+        [launch] table (the groups' emulator command may name its keys as placeholders)."""
         self.tmp, self.names = tmp_path, [f"g{i}" for i in range(n)]
         self.api_key = api_key
         self.ports = free_ports(n)
@@ -71,6 +72,8 @@ class Fleet:
         lines += ["[gates]"] + [f"{k} = {json.dumps(v)}" for k, v in gates.items()]
         if auth:
             lines += ["[auth]"] + [f"{k} = {json.dumps(v)}" for k, v in auth.items()]
+        if launch:
+            lines += ["[launch]"] + [f"{k} = {json.dumps(v)}" for k, v in launch.items()]
         for i, (name, port) in enumerate(zip(self.names, self.ports)):
             cmd = ["{python}", "-m", "rollout.emulator", "--port", "{port}", "--data-dir", str(data_dir),
                    "--time-scale", TIME_SCALE, "--enable-metrics"] + list((extra or {}).get(name, []))

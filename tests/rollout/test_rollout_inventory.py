@@ -122,6 +122,13 @@ def test_bad_inventory_names_file_group_field(tmp_path, case, transform, group, 
     ("[rollout]\nmax_unavailable = 0\n" + GOOD.split("[launch]")[1].split("\n", 3)[3], "[rollout]", "max_unavailable"),
     ("[auth]\napi_key_env = 'K'\napi_key_file = 'f'\n" + GOOD, "[auth]", "api_key_file"),
     ("[auth]\napi_key = 'sk-123'\n" + GOOD, "[auth]", "api_key"),
+    (GOOD.replace("[launch]", "[launch]\nspeculative_algorithm = 'DFLASH'\nspeculative_num_steps = 3"), "[launch]",
+     "speculative_num_steps"),
+    (GOOD.replace("[launch]", "[launch]\nspeculative_dflash_block_size = 16"), "[launch]",
+     "speculative_dflash_block_size"),
+    (GOOD.replace("[launch]", "[launch]\nspeculative_algorithm = 'ddtree'"), "[launch]", "speculative_algorithm"),
+    (GOOD.replace("[launch]", "[launch]\nspeculative_args = ['--x']"), "[launch]", "speculative_args"),
+    ("[gates]\nnumerics_mode = 'text'\n" + GOOD, "[gates]", "numerics_mode"),
 ])
 def test_bad_tables_name_file_table_field(tmp_path, text, where, field):
     path = write(tmp_path, text)
@@ -161,3 +168,25 @@ def test_cli_reports_bad_inventory_with_exit_1(tmp_path):
 def test_example_inventory_in_repo_is_valid():
     inv = load(REPO / "rollout" / "inventory.example.toml")
     assert len(inv.groups) >= 2
+
+
+DFLASH = GOOD.replace("[launch]", "[launch]\nspeculative_algorithm = 'DFLASH'\nspeculative_dflash_block_size = 16")
+DDTREE = GOOD.replace("[launch]", "[launch]\nspeculative_algorithm = 'DDTREE'\nspeculative_args = "
+                      "['--speculative-dflash-block-size', '16', '--speculative-ddtree-budget', '32']")
+
+
+@pytest.mark.parametrize("text,mode", [(GOOD, "logprobs"), (DFLASH, "logprobs"), (DDTREE, "tokens"),
+                                       ("[gates]\nnumerics_mode = 'tokens'\n" + GOOD, "tokens"),
+                                       ("[gates]\nnumerics_mode = 'logprobs'\n" + DDTREE, "logprobs")])
+def test_the_algorithm_and_its_numerics_mode(tmp_path, text, mode):
+    """auto: logprobs where SGLang computes them from the verify logits (EAGLE family, DFLASH),
+    tokens for any other algorithm (DDTree's worker raises on return_logprob); explicit wins."""
+    inv = load(write(tmp_path, text))
+    assert inv.gates["numerics_mode"] == mode and inv.gates["min_token_agreement"] == 0.95
+
+
+def test_plan_names_the_algorithm_and_the_numerics_mode(tmp_path):
+    r = run_tool(write(tmp_path, DDTREE), "plan")
+    assert r.returncode == 0, r.stderr
+    assert "--speculative-algorithm DDTREE" in r.stdout and "--speculative-ddtree-budget 32" in r.stdout
+    assert "no logprobs asked (mode tokens)" in r.stdout

@@ -1,12 +1,14 @@
 """The Kimi-K2 launch template: right flags for SGLang 0.5.23 for both checkpoint kinds (EAGLE3
-with a draft, EAGLE on the checkpoint's own NextN layer), arm only in the environment."""
+with a draft, EAGLE on the checkpoint's own NextN layer), DFLASH with its block, a fork's
+algorithm (DDTREE) passed through with its own flags, `sglang serve` as the entrypoint, arm
+only in the environment."""
 import json
 import subprocess
 import sys
 
 import pytest
 
-from rollout.launch import BACKEND_ENV, group_env, launch_argv, shell_line
+from rollout.launch import BACKEND_ENV, check_params, group_env, launch_argv, shell_line
 
 PARAMS = {"model_path": "/models/K2", "draft_model_path": "/models/K2-eagle"}
 
@@ -21,7 +23,7 @@ def flag(a, name):
 
 def test_template_flags():
     a = argv()
-    assert a[1:3] == ["-m", "sglang.launch_server"]
+    assert a[:4] == ["sglang", "serve", "--model-type", "llm"]   # 0.5.23's recommended entrypoint
     assert flag(a, "--attention-backend") == "triton"  # both arms; the plugin reads the env
     assert flag(a, "--page-size") == "1" and flag(a, "--tp-size") == "8"
     assert flag(a, "--speculative-algorithm") == "EAGLE3" and flag(a, "--speculative-num-draft-tokens") == "8"
@@ -48,12 +50,40 @@ def test_nextn_checkpoint_runs_eagle_without_a_draft():
 
 
 def test_missing_model_path_is_named():
-    with pytest.raises(ValueError, match="draft_model_path is not set; EAGLE3 needs an external draft"):
+    with pytest.raises(ValueError, match="field 'draft_model_path': not set; EAGLE3 needs an external draft"):
         launch_argv({"model_path": "m"}, host="h", port=1, gpus=[0], arm="flash")
     with pytest.raises(ValueError, match="model_path is not set"):
         launch_argv({"draft_model_path": "d"}, host="h", port=1, gpus=[0], arm="flash")
-    with pytest.raises(ValueError, match="speculative_algorithm must be one of EAGLE3, EAGLE, NEXTN, got 'MEDUSA'"):
-        launch_argv({"model_path": "m", "speculative_algorithm": "MEDUSA"}, host="h", port=1, gpus=[0], arm="flash")
+    with pytest.raises(ValueError, match="field 'speculative_algorithm': 'dflash' is not an algorithm name"):
+        launch_argv({"model_path": "m", "speculative_algorithm": "dflash"}, host="h", port=1, gpus=[0], arm="flash")
+
+
+def test_dflash_takes_its_block_and_no_eagle_flags():
+    a = argv(speculative_algorithm="DFLASH", speculative_dflash_block_size=16)
+    assert flag(a, "--speculative-algorithm") == "DFLASH" and flag(a, "--speculative-dflash-block-size") == "16"
+    assert flag(a, "--speculative-draft-model-path") == "/models/K2-eagle"
+    for eagle in ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
+        assert eagle not in a   # SGLang would warn and override them; the block size is the draft tokens
+    assert check_params({"speculative_algorithm": "DFLASH", "speculative_eagle_topk": 4,
+                         "draft_model_path": "d"}) == (
+        "field 'speculative_eagle_topk': a parameter of EAGLE3/EAGLE/NEXTN, not of speculative_algorithm = "
+        "'DFLASH' (its own: speculative_dflash_block_size)")
+    assert "DFLASH needs an external draft model" in check_params({"speculative_algorithm": "DFLASH"})
+    assert "a parameter of DFLASH" in check_params({"speculative_dflash_block_size": 16, "draft_model_path": "d"})
+
+
+def test_a_forks_algorithm_passes_through_with_its_own_flags():
+    ddtree = ["--speculative-dflash-block-size", "16", "--speculative-ddtree-budget", "32"]
+    a = argv(speculative_algorithm="DDTREE", speculative_args=ddtree)
+    at = a.index("--speculative-algorithm")
+    assert a[at:at + 8] == ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "/models/K2-eagle",
+                            *ddtree]
+    assert "--speculative-num-steps" not in a and a.count("--speculative-dflash-block-size") == 1
+    assert "for an algorithm this template does not know" in check_params({"speculative_args": ["--x"]})
+    assert "expected a list of argv items" in check_params({"speculative_algorithm": "DDTREE",
+                                                            "speculative_args": "--x 1"})
+    assert "a parameter of DFLASH" in check_params({"speculative_algorithm": "DDTREE",
+                                                    "speculative_dflash_block_size": 16})
 
 
 def test_group_env_and_shell_line():
@@ -84,7 +114,7 @@ p.parse_args(json.loads(sys.argv[2]))  # must fail: exit 2 with argparse's messa
 def test_sglang_0523_parser_accepts_the_template():
     a = argv()
     old = ["--model-path", "m", "--cuda-graph-max-bs", "8"]
-    r = subprocess.run([sys.executable, "-c", SGLANG_PARSE, json.dumps(a[3:]), json.dumps(old)],
+    r = subprocess.run([sys.executable, "-c", SGLANG_PARSE, json.dumps(a[4:]), json.dumps(old)],
                        capture_output=True, text=True, timeout=120)
     assert r.stdout.strip(), r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])

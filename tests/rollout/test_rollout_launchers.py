@@ -21,6 +21,7 @@ INV = '''
 drain_deadline_s = {drain}
 [launch]
 python = {python}
+sglang = {python}
 model_path = {model}
 draft_model_path = "/d"
 [[group]]
@@ -77,7 +78,8 @@ SCRIPT = ("import os,signal,subprocess,sys,time; "
           "open(os.environ['DRAIN_REPORT'], 'w').write('alive' if child.poll() is None else 'dead'); "
           "child.kill(); child.wait()")
 
-# stands in for `python` in the default launch template: records its argv, then idles
+# stands in for `sglang` (the default launch template's `sglang serve`) and for `python` in a
+# group's own command: records its argv, then idles
 RECORDER = "import json, os, sys, time\nopen(os.environ['ARGV_FILE'], 'w').write(json.dumps(sys.argv[1:]))\ntime.sleep(60)\n"
 
 
@@ -234,7 +236,7 @@ os.execve(sys.executable, [sys.executable, '-m', 'rollout.emulator', '--port', p
 
 def test_example_command_group_starts_reports_and_stops(tmp_path, fakebin, data_dir, monkeypatch):
     """The example inventory's command group, as shipped, with only its host directory, its ssh
-    destination and `python` pointed at this machine: status is false with nothing running (no
+    destination and `sglang` pointed at this machine: status is false with nothing running (no
     pgrep -f matching itself), true on the right arm only, and stop drains and ends it."""
     srv = tmp_path / "srv"
     srv.mkdir()
@@ -248,7 +250,7 @@ def test_example_command_group_starts_reports_and_stops(tmp_path, fakebin, data_
     g.host, g.port, g.ssh = "127.0.0.1", port, "sglang@127.0.0.1"
     for field in ("start", "stop", "status"):
         setattr(g, field, [a.replace("/srv/sglang", str(srv)) for a in getattr(g, field)])
-    inv.launch.update(python=str(server), model_path=NASTY)
+    inv.launch.update(sglang=str(server), model_path=NASTY)
     inv.settings["drain_deadline_s"] = 10
     c = make_launcher(g, inv)
     assert c.running("flash") is False and c.running("triton") is False  # nothing runs yet

@@ -70,3 +70,29 @@ def test_bench_without_the_needed_rows(tmp_path):
 def test_emulator_refuses_to_start_without_measurements(tmp_path):
     with pytest.raises(RuntimeError, match=r"exit 2: emulator: no bench-\*\.json"):
         start_emulator("flash", data_dir=tmp_path)
+
+
+def test_other_tokens_per_request_scale_by_the_bench_at_185k(data_dir):
+    """DFLASH's block of 16 and DDTree's D = 33: the T = 8 model times each arm's bench ratio at
+    S = 185k (fixture: extend x T / 8, ours x (1 + 0.1 (T - 8) / 8)), linear between measured T."""
+    base = SpeedModel(data_dir, fixed_ms=10.0)
+    b16, d33 = SpeedModel(data_dir, fixed_ms=10.0, T=16), SpeedModel(data_dir, fixed_ms=10.0, T=33)
+    for S in (16384, 185000):
+        assert b16.attention_ms(S, "triton") == pytest.approx(2 * base.attention_ms(S, "triton"))
+        assert b16.attention_ms(S, "flash") == pytest.approx(1.1 * base.attention_ms(S, "flash"))
+        # 33 lies between the measured 32 and 64
+        want = 4 + (33 - 32) * (8 - 4) / 32
+        assert d33.attention_ms(S, "triton") == pytest.approx(want * base.attention_ms(S, "triton"))
+    assert b16.describe()["T"] == 16 and b16.describe()["t_factor"]["triton"] == pytest.approx(2.0)
+
+
+def test_a_t_without_bench_rows_is_named(tmp_path):
+    write_measurements(tmp_path)
+    p = tmp_path / "bench-fixture.json"
+    d = json.loads(p.read_text())
+    d["rows"] = [r for r in d["rows"] if r["sweep"] != "T"]
+    p.write_text(json.dumps(d))
+    assert SpeedModel(tmp_path, T=8).t_factor == {"flash": 1.0, "triton": 1.0}
+    with pytest.raises(MissingMeasurements, match=r"at S=185000, H=8, batch 1 for T=8 and another T \(needed to "
+                                                  r"model T=16"):
+        SpeedModel(tmp_path, T=16)

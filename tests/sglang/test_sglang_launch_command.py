@@ -1,11 +1,14 @@
 """The README's launch commands are the rollout template (rollout/launch.py) rendered, and
 each one starts in SGLang 0.5.23 for the checkpoint kind it is documented for.
 
-"Starts" is checked as far as a CPU can take it, with SGLang's own code: the full ServerArgs
-resolution (speculative hook, context-length check against config.json included), the
-draft's ModelConfig as the draft worker builds it, the draft architecture's model class,
-and the weight loader's NextN-layer check; then the plugin's strict-flash checks. The
-checkpoints are Kimi-K2-shaped config.json folders with and without a NextN layer.
+"Starts" is checked as far as a CPU can take it, with SGLang's own code: `sglang serve`'s
+argument handling (its --model-type override, then the same argv to prepare_server_args, as
+sglang/cli/serve.py does), the full ServerArgs resolution (speculative hook, context-length
+check against config.json included), the draft's ModelConfig as the draft worker builds it,
+the draft architecture's model class, and the weight loader's NextN-layer check; then the
+plugin's strict-flash checks. The checkpoints are Kimi-K2-shaped config.json folders with and
+without a NextN layer, an EAGLE3 draft and a DFLASH draft (a one-layer DFlashDraftModel with a
+block of 16).
 """
 import importlib
 import re
@@ -31,10 +34,27 @@ KINDS = {
                "bind_host": "0.0.0.0"},
     "nextn": {"model_path": "/models/mla-model-with-nextn", "speculative_algorithm": "EAGLE",
               "bind_host": "0.0.0.0"},
+    "dflash": {"model_path": "/models/kimi-k2", "draft_model_path": "/models/kimi-k2-dflash",
+               "speculative_algorithm": "DFLASH", "speculative_dflash_block_size": 16, "bind_host": "0.0.0.0"},
 }
 # The model class module of each draft architecture these commands load.
 DRAFT_MODULES = {"DeepseekV3ForCausalLMNextN": "sglang.srt.models.deepseek_nextn",
-                 "LlamaForCausalLMEagle3": "sglang.srt.models.llama_eagle3"}
+                 "LlamaForCausalLMEagle3": "sglang.srt.models.llama_eagle3",
+                 "DFlashDraftModel": "sglang.srt.models.dflash"}
+
+
+def write_dflash_draft(path, block_size=16):
+    """A one-layer DFLASH drafter for a Kimi-K2 target (SGLang's DFlashDraftModel, Qwen3-shaped)."""
+    import transformers
+
+    cfg = transformers.Qwen3Config(architectures=["DFlashDraftModel"], hidden_size=7168, intermediate_size=18432,
+                                   num_hidden_layers=1, num_attention_heads=64, num_key_value_heads=8,
+                                   head_dim=128, vocab_size=163840, max_position_embeddings=262144,
+                                   torch_dtype="bfloat16")
+    cfg.block_size = block_size
+    cfg.dflash_config = {"block_size": block_size, "target_layer_ids": [1, 30, 58], "mask_token_id": 163839}
+    cfg.save_pretrained(path)
+    return Path(path)
 
 
 def _rendered(kind, arm):
@@ -67,6 +87,7 @@ def checkpoints(tmp_path_factory):
         "nextn": write_kimi_k2(root / "with-nextn", nextn_layers=1),
         "128k": write_kimi_k2(root / "kimi-k2-128k", nextn_layers=0, max_position_embeddings=131072),
         "eagle3-draft": write_eagle3_draft(root / "kimi-k2-eagle3"),
+        "dflash-draft": write_dflash_draft(root / "kimi-k2-dflash"),
     }
 
 
@@ -74,8 +95,13 @@ def _start(kind, target, draft=None):
     """Resolve the documented command of `kind` with its model paths pointed at local config
     folders, as far as SGLang gets before loading weights; returns the resolved ServerArgs.
     Raises what SGLang raises where it would refuse to start."""
+    from sglang.cli.serve import _extract_model_type_override, _normalize_positional_model_path
+
     words = shlex.split(_rendered(kind, "flash"))
-    argv = words[words.index("sglang.launch_server") + 1:]
+    assert words[words.index("sglang"):words.index("sglang") + 2] == ["sglang", "serve"]
+    backend, argv = _extract_model_type_override(words[words.index("serve") + 1:])
+    argv, _ = _normalize_positional_model_path(argv)
+    assert backend == "llm"   # serve's LLM server (sglang/cli/serve.py _run_llm), no diffusion detection
     paths = {KINDS[kind]["model_path"]: str(target)}
     if "draft_model_path" in KINDS[kind]:
         paths[KINDS[kind]["draft_model_path"]] = str(draft)
@@ -122,3 +148,25 @@ def test_nextn_command_is_refused_for_a_checkpoint_without_nextn(checkpoints):
 def test_200k_context_is_refused_for_a_128k_checkpoint(checkpoints):
     with pytest.raises(ValueError, match="context"):
         _start("eagle3", checkpoints["128k"], checkpoints["eagle3-draft"])
+
+
+def test_dflash_command_starts_for_a_dflash_drafter(checkpoints, monkeypatch):
+    sa = _start("dflash", checkpoints["no-nextn"], checkpoints["dflash-draft"])
+    cfg = resolving_view(sa)
+    assert cfg.speculative_algorithm == "DFLASH" and cfg.speculative_num_draft_tokens == 16
+    assert (cfg.speculative_num_steps, cfg.speculative_eagle_topk) == (1, 1)     # SGLang's own, no warning
+    assert cfg.attention_backend == "triton" and cfg.page_size == 1 and cfg.enable_metrics
+    monkeypatch.setenv("MLA_VERIFY_BACKEND", "flash")
+    assert strict.server_args_problem(sa) is None
+
+
+def test_the_serve_entrypoint_loads_the_plugins_first():
+    """What `sglang serve` runs (sglang/cli/serve.py): load_plugins() before any backend, so the
+    plugin's strict checks and hooks are in place as with `python -m sglang.launch_server`."""
+    import inspect
+
+    from sglang.cli import serve
+
+    src = inspect.getsource(serve.serve)
+    assert src.index("load_plugins()") < src.index("registered.backend.run(request)")
+    assert "prepare_server_args(list(request.argv))" in inspect.getsource(serve._run_llm)

@@ -3,7 +3,7 @@ TARGET_VERIFY stops the server at start, with one line naming the setting and th
 
 The configurations go through SGLang's real ServerArgs resolution, and the refusal through
 the plugin's real hook on `ServerArgs.resolve_once` (applied by conftest's load_plugins());
-one test runs the real launcher, `python -m sglang.launch_server`, in a subprocess.
+one test runs the real launcher, `sglang serve` (the README's), in a subprocess.
 """
 import os
 import subprocess
@@ -25,12 +25,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def command(tmp_path_factory):
-    """The documented EAGLE3 command's SGLang arguments, pointed at local config folders."""
+    """The documented EAGLE3 command's `sglang serve` arguments, pointed at local config folders."""
     root = tmp_path_factory.mktemp("strict")
     target, draft = write_kimi_k2(root / "kimi-k2"), write_eagle3_draft(root / "draft")
     argv = launch_argv({"model_path": str(target), "draft_model_path": str(draft)}, host="127.0.0.1", port=30000,
                        gpus=list(range(8)), arm="flash")
-    return argv[argv.index("sglang.launch_server") + 1:]
+    from sglang.cli.serve import _extract_model_type_override
+
+    backend, server_argv = _extract_model_type_override(argv[argv.index("serve") + 1:])
+    assert backend == "llm"
+    return server_argv
 
 
 def _without(argv, flag, values=1):
@@ -198,8 +202,9 @@ def _launch(argv, **env):
             "lib = torch.library.Library('torchvision', 'DEF')\n"
             "for op in ('nms', 'qnms'):\n"
             "    lib.define(op + '(Tensor dets, Tensor scores, float iou_threshold) -> Tensor')\n"
-            "sys.argv = ['sglang.launch_server'] + sys.argv[1:]\n"
-            "runpy.run_module('sglang.launch_server', run_name='__main__')\n")
+            "sys.argv = ['sglang', 'serve', '--model-type', 'llm'] + sys.argv[1:]\n"
+            "from sglang.cli.main import main\n"
+            "main()\n")
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=180,
                        env={**os.environ, **LAUNCH_ENV, **env}, cwd=ROOT)
