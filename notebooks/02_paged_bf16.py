@@ -19,7 +19,8 @@
 # hardware's roofline, how much faster it is than what SGLang runs today, whether the cache
 # layout matters, which of the kernel's tile sizes serves which shape and where its time goes,
 # what it does inside SGLang over all 61 layers (timed, and through SGLang's own backend in
-# CUDA graphs), and what a model estimates for the production GPU it has not run on.
+# CUDA graphs), what a model estimates for the production GPU it has not run on, and how it
+# does at the production algorithm's shapes (DFLASH blocks, DDTree's padded trees).
 
 # %% tags=["parameters"]
 smoke = False  # True: CI run on generated fixture data, small figures
@@ -773,6 +774,77 @@ else:
         "clocks per tile, merge), with 576 bytes per prefix row."))
     display(estimate_table(est8, "fp8 pool: sm_120 ESTIMATE per shape and fp8 tier (a model, not a "
                                  "measurement), next to the H200's measured full-kernel time"))
+
+# %% [markdown]
+# <a id="production-shapes"></a>
+# ## 13. The production algorithm's shapes: DFLASH blocks and DDTree trees
+# The service this kernel is for runs Kimi-K2 with DDTree speculative decoding (SGLang pull request
+# #29907): a DFLASH block-diffusion drafter proposes, DDTree builds a tree under a node budget, and
+# the target verifies D = budget + 1 nodes per request in one TARGET_VERIFY, every request padded
+# to D with nodes that see only the prefix. SGLang 0.5.23 itself ships DFLASH, which verifies a
+# causal block (16 tokens for its drafters). At 8 heads per GPU these are 128 to 520 query rows per
+# request, where the rest of this page (T = 8, 64 rows) is memory-bound: here the matrix work
+# decides. Below: the validation of those shapes on both pools, their time at S = 185,000 against
+# the roofline of the ceilings measured in the same run and against SGLang's own kernel, and
+# SGLang's real backend fed their verify inputs.
+
+# %%
+pv = data.production_validation(val)
+if pv is None:
+    display(Markdown(f"**Validation:** no production-shape section in `{val_file}` (a validation "
+                     "run before it)."))
+elif isinstance(pv, dict):
+    display(Markdown(f"**Validation: the production shapes did not run** (`{val_file}`): "
+                     f"`{pv['error'][:500]}`"))
+else:
+    sec = val["production"]
+    display(Markdown(
+        f"**Validation** (`{val_file}`, section `production`): {sec['n_cases']} cases, "
+        f"{sec['n_checks']} checks (each case at every tier of its pool, outputs NaN-poisoned), "
+        + ("**all pass**" if sec["all_pass"] else f"**{int(pv['n_failing'].sum())} checks FAIL**")
+        + f" at relative tolerance {sec['tolerance']:g}; "
+        + ("no NaN and no unwritten row in any output, padding rows included."
+           if bool(pv["no_nan"].all()) else "**NaN or unwritten rows in some output.**")))
+    display(figures.table(
+        pv[["algorithm", "pool", "shapes", "batches", "cases", "n_checks", "n_failing", "worst_rel_err",
+            "vs_sglang_max"]].rename(columns={"shapes": "shapes covered", "batches": "requests per batch"}),
+        {"worst_rel_err": "{:.2e}", "vs_sglang_max": "{:.2e}"},
+        "The production shapes against the float64 oracle, per algorithm and pool (vs_sglang_max: ours "
+        "against SGLang's extend_attention_fwd on the same inputs)", text=("shapes covered",)))
+
+# %%
+prod = data.production_frame(bench)
+if prod.empty:
+    display(Markdown(f"**Benchmark:** no production-shape rows in `{bench_file}` (a benchmark run "
+                     "before them)."))
+else:
+    display(figures.table(
+        prod[["algorithm", "pool", "shape", "batch", "prefixes", "query_rows", "tile", "ours_us", "pct_roofline",
+              "roofline_bound", "roofline_us", "vs_centre", "sglang_us", "speedup", "step_ms"]].rename(
+            columns={"shape": "verified per request", "batch": "requests", "prefixes": "prefix tokens per request"}),
+        {"ours_us": "{:,.1f}", "pct_roofline": "{:.1f}", "roofline_us": "{:,.1f}", "vs_centre": "{:,.2f}x",
+         "sglang_us": "{:,.0f}", "speedup": "{:,.0f}x", "step_ms": "{:,.2f}"},
+        f"The production algorithm's shapes, H = {int(prod['H'].iloc[0])} (`{bench_file}`): one layer's "
+        "verify attention, ours at its default tier", text=("verified per request",)))
+    display(Markdown(
+        "`pct_roofline`: the roofline (bytes at the read ceiling or FLOPs at the matrix ceiling, both "
+        "measured in this run, whichever is longer; which one is in the next column) over ours. The FLOPs count every "
+        "verified row, DDTree's padding rows included: the kernel computes them. `vs_centre`: ours at this "
+        "shape over ours at T = 8 on the same pool, batch and prefixes. `step_ms`: 61 layers of ours. SGLang's kernel is "
+        "timed on the bf16 pool only (n/a on fp8)."))
+
+# %%
+if backend is None or backend_cases.empty:
+    display(Markdown("**SGLang's real backend:** no sglang-backend file in the data directory."))
+else:
+    algo = [c.get("algorithm") in ("DFLASH", "DDTREE") for c in backend["cases"]]
+    if not any(algo):
+        display(Markdown(f"**SGLang's real backend:** no production-shape case in "
+                         f"`{Path(backend['_path']).name}` (a backend check before them)."))
+    else:
+        display(backend_table(backend_cases[algo],
+                              "SGLang's real backend fed DFLASH's and DDTree's verify inputs: every case, "
+                              "its largest errors, and the graph's replay time per arm"))
 
 # %%
 provenance.write_record(record_path, "Phase 2: paged bf16 MLA tree-verify attention", docs,

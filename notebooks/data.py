@@ -708,7 +708,13 @@ def _graph_covers(c: dict) -> str:
 
     def reqs(n: int) -> str:
         return f"{n} request{'' if n == 1 else 's'}"
-    text = (f"{pool}{c['layers']} layers, H = {c['heads']}, T = {c['draft']}, page {c['page']}: graph "
+    algo = ""
+    if c.get("algorithm") == "DFLASH":
+        algo = f"DFLASH (SGLang's DFlashVerifyInput, a causal block of {c['draft']}), "
+    elif c.get("algorithm") == "DDTREE":
+        algo = (f"DDTree (pull request #29907's verify input: D = {int(c['budget']) + 1}, budget {c['budget']}, "
+                f"topk {c.get('topk', 2)}, padded trees, on a server block of {c['draft']}), ")
+    text = (f"{algo}{pool}{c['layers']} layers, H = {c['heads']}, T = {c['draft']}, page {c['page']}: graph "
             f"for batch {c['graph_bs']} captured with {reqs(c['capture_bs'])} (S "
             f"{_span(c['capture'])}, tree {c['tree']}), replayed with {reqs(c['replay_bs'])} (S "
             f"{_span(c['replay'])}, tree {c['replay_tree']}){ctl}")
@@ -758,8 +764,8 @@ def backend_frame(doc: dict) -> pd.DataFrame:
                        control_replay_ms=c.get("control_replay_ms"))
         elif kind == "adaptive":
             row.update(covers="adaptive draft length: a backend for more draft tokens built after "
-                       "a graph was captured must not free the LSE scratch that graph writes "
-                       f"(scratch sentinel intact: {'yes' if c.get('sentinel_intact') else 'NO'})",
+                       "a graph was captured must leave that graph's replays right and free nothing "
+                       f"they write (memory sentinel intact: {'yes' if c.get('sentinel_intact') else 'NO'})",
                        oracle_err=c.get("rel_err_oracle"))
         elif kind == "sanitizer":
             n = sanitizer_errors(c)
@@ -844,3 +850,91 @@ def dcp_frame(doc: dict) -> pd.DataFrame:
             row[f"net_ms:{link}"] = e["net_saved_ms_per_step"]
         out.append(row)
     return pd.DataFrame(out).sort_values("ranks").reset_index(drop=True)
+
+
+# ---- the production algorithm's shapes (issue 24): DFLASH blocks and DDTree's padded trees ----
+ALGORITHM_NAMES = {"DFLASH": "DFLASH", "DDTREE": "DDTree", "dflash": "DFLASH", "ddtree": "DDTree"}
+
+
+def _shape_text(r: dict) -> str:
+    """What a production row or case verifies per request, in words."""
+    if r.get("algorithm") == "DFLASH" or r.get("family") == "dflash":
+        return f"a causal block of {int(r.get('block') or r['T'])} tokens (no mask)"
+    sizes = [int(s) for s in r.get("tree_sizes") or []]
+    D = int(r["budget"]) + 1
+    real = f", {_span(sizes)} of {D} nodes real (the rest padding)" if sizes else ""
+    return f"D = {D} nodes (budget {int(r['budget'])}, topk {int(r.get('topk') or 2)}){real}"
+
+
+def production_validation(doc: dict) -> pd.DataFrame | dict | None:
+    """The validation file's "production" section (kernel/bench/validate.py validate_production)
+    per family and pool: cases, checks at every tier, failing checks, worst error against the
+    oracle, the shapes covered, ours against SGLang's extend_attention_fwd. None for a file
+    without the section (written before it); {"error": text} when it failed to run."""
+    p = doc.get("production")
+    if p is None:
+        return None
+    if "error" in p:
+        return {"error": str(p["error"])}
+    cases = pd.DataFrame(p.get("cases") or [])
+    if cases.empty:
+        raise MeasurementError(f"{doc['_path']}: section 'production' has no cases")
+    sg = pd.DataFrame((p.get("sglang") or {}).get("cases") or [])
+    out = []
+    for key, f in (p.get("families") or {}).items():
+        mine = cases[(cases["family"] == f["family"]) & (cases["kv_dtype"] == f["kv_dtype"])]
+        if f["family"] == "dflash":
+            shapes = f"blocks of {_span(list(mine['block']))} tokens, causal"
+        else:
+            sizes = [n for s in mine["tree_sizes"] for n in s]
+            shapes = (f"budgets {', '.join(str(int(b)) for b in sorted(set(mine['budget'])))}, topk "
+                      f"{', '.join(str(int(k)) for k in sorted(set(mine['topk'])))}, trees of {_span(sizes)} nodes "
+                      "padded to D = budget + 1")
+        s = sg[(sg["family"] == f["family"]) & (sg["kv_dtype"] == f["kv_dtype"])] if not sg.empty else sg
+        out.append({"algorithm": ALGORITHM_NAMES[f["family"]], "pool": f["kv_dtype"], "cases": int(f["n_cases"]),
+                    "n_checks": int(f["n_checks"]), "n_failing": int(f["failing"]),
+                    "worst_rel_err": float(f["worst_rel_err"]),
+                    "batches": _span([len(x) for x in mine["prefix_lens"]]), "shapes": shapes,
+                    "no_nan": not bool(mine["nan"].any()) and all(not t["nan"] for ts in mine["tiers"] for t in ts),
+                    "vs_sglang_max": float(s["rel_err_vs_sglang"].max()) if not s.empty else float("nan")})
+    return pd.DataFrame(out)
+
+
+def production_frame(doc: dict) -> pd.DataFrame:
+    """The bench's production rows (sweeps dflash, ddtree and their fp8_ twins: rows with
+    "algorithm"), one per shape and pool: ours at its default tier against the roofline of the
+    ceilings measured in the same run, which term bounds it, SGLang's extend_attention_fwd at the
+    same shape (bf16 pool), the 61-layer step, and ours at this shape over ours at the centre
+    (T = 8) on the same pool, batch and prefixes (n/a where the bench has no T = 8 row of them).
+    Empty for a file without them."""
+    rows = [r for r in doc.get("rows") or [] if r.get("algorithm")]
+    if not rows:
+        return pd.DataFrame()
+    read, mma = ceilings(doc)
+    df = pd.DataFrame(rows)
+    df["pool"] = [row_kv(r) for r in rows]
+    keys = ["algorithm", "pool", "T", "batch"]
+    ours = df[df["impl"] == OURS]
+    out = []
+    for _, o in ours.iterrows():
+        same = df[(df["algorithm"] == o["algorithm"]) & (df["pool"] == o["pool"]) & (df["T"] == o["T"])
+                  & (df["batch"] == o["batch"])]
+        sgl = same[same["impl"] == BASELINE]
+        centre_rows = [r for r in doc["rows"] if r.get("impl") == OURS and row_kv(r) == o["pool"]
+                       and not r.get("algorithm") and r.get("T") == CENTRE["T"] and r.get("H") == o["H"]
+                       and r.get("layout") == o["layout"] and r.get("page_size") == o["page_size"]
+                       and list(r.get("prefix_lens") or []) == list(o["prefix_lens"])]
+        centre_us = float(pd.Series([r["time_us"] for r in centre_rows]).median()) if centre_rows else float("nan")
+        mem_us, math_us = o["bytes"] / (read * 1e3), o["flops"] / (mma * 1e6)
+        out.append({"algorithm": ALGORITHM_NAMES[o["algorithm"]], "pool": o["pool"], "T": int(o["T"]),
+                    "batch": int(o["batch"]), "S": int(o["S"]), "H": int(o["H"]), "shape": _shape_text(o.to_dict()),
+                    "prefixes": _span(o["prefix_lens"]),
+                    "tile": tier_name(o["tier"]) if pd.notna(o.get("tier")) else "n/a",
+                    "query_rows": int(o["T"] * o["H"]), "ours_us": float(o["time_us"]),
+                    "roofline_us": float(o["roofline_us"]), "pct_roofline": 100 * float(o["frac_roofline"]),
+                    "roofline_bound": "memory" if mem_us >= math_us else "math",
+                    "sglang_us": float(sgl["time_us"].median()) if not sgl.empty else float("nan"),
+                    "step_ms": float(o["time_us"]) * LAYERS / 1e3, "vs_centre": float(o["time_us"]) / centre_us})
+    g = pd.DataFrame(out)
+    g["speedup"] = g["sglang_us"] / g["ours_us"]
+    return g.sort_values(["pool", "algorithm", "T", "batch"], ascending=[True, False, True, True]).reset_index(drop=True)

@@ -96,6 +96,10 @@ COLUMNS = {
     "loop_min_us": "shortest loop, us", "loop_median_us": "median loop, us", "loop_max_us": "longest loop, us",
     "second_cta_us": "second block on an SM loops longer by, us",
     "store_tail_us": "last store after the median one, us", "merge_after_us": "merge ends after the last store, us",
+    # the production algorithm's shapes (DFLASH blocks, DDTree's padded trees; phase 2 section 13)
+    "n_checks": "checks (every tier)", "n_failing": "failing checks", "vs_sglang_max": "ours vs SGLang, largest",
+    "roofline_us": "roofline, us", "roofline_bound": "roofline bound by",
+    "vs_centre": "ours / ours at T = 8", "sglang_us": "SGLang extend, us", "step_ms": "ours, ms per 61 layers",
 }
 # The sm_120 model's assumption keys (micro JSON "sm120_estimate.assumptions") as the unit after
 # the value; a key not listed is shown as key = value.

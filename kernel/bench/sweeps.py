@@ -2,7 +2,11 @@
 batch 1): our kernel at its default tier (and the 64-row tier beside it), SGLang's kernels and
 naive torch, each row against the roofline of the ceilings measured in the same run; and our
 kernel on SGLang's fp8_e4m3 pool (sweeps fp8_*, rows marked "kv_dtype": "fp8_e4m3"; SGLang's
-extend_attention_fwd beside it at the centre), against the roofline of the fp8 bytes."""
+extend_attention_fwd beside it at the centre), against the roofline of the fp8 bytes; and the
+production algorithm's shapes on both pools (sweeps "dflash" and "ddtree", on the fp8 pool "fp8_dflash"
+and "fp8_ddtree", rows with "algorithm":
+DFLASH's causal block of 16 at batch 1 and 8, DDTree's trees padded to D = 17, 33, 65 at batch 1;
+SGLang's extend_attention_fwd beside them on the bf16 pool)."""
 from __future__ import annotations
 
 import zlib
@@ -10,7 +14,7 @@ import zlib
 import torch
 
 from ..checks import FP8_ROW_BYTES, HEAD_DIM, ROW_BYTES, V_DIM
-from ..inputs import make_case
+from ..inputs import ddtree_case, dflash_case, make_case
 from ..ops import pick_tier, verify_attention
 from .timing import log, time_calls, time_flushed
 
@@ -51,6 +55,7 @@ def bench_configs(quick: bool):
             (("contiguous", 1), ("scattered", 1), ("scattered", 64), ("fragmented", 1))]
     out += [dict(c, sweep="batch", batch=8), dict(c, sweep="batch32", batch=32)]
     out += fp8_configs()
+    out += production_configs()
     if quick:
         out = [x for x in out if x["T"] <= 64 and x["S"] in (16384, 185000)]
     return sorted(out, key=lambda x: x["T"] >= 256)   # the multi-second calls last
@@ -64,6 +69,35 @@ def fp8_configs():
     out += [dict(c, sweep="fp8_T", T=t) for t in (1, 4, 8, 16, 32)]
     out += [dict(c, sweep="fp8_layout", page=p) for p in (1, 64)]
     return out + [dict(c, sweep="fp8_batch", batch=8)]
+
+
+# The production algorithm's shapes (issue 24): DFLASH verifies a causal block of
+# --speculative-dflash-block-size tokens, no mask; DDTree (SGLang pull request #29907) D = budget + 1
+# nodes per request, trees padded with all-False rows (here 3/4 of D real nodes: the kernel computes
+# every row either way, so the time does not depend on the split).
+DFLASH_BLOCK = 16
+DDTREE_WIDTHS = (17, 33, 65)
+
+
+def production_configs():
+    """DFLASH at batch 1 and 8, DDTree at batch 1, S = 185k, 8 heads, page 1 scattered, both pools
+    (sweeps "dflash", "ddtree"; on the fp8 pool "fp8_dflash", "fp8_ddtree", as every fp8 sweep)."""
+    c = dict(S=185000, H=8, layout="scattered", page=1)
+    out = []
+    for kv in ("auto", FP8_KV):
+        extra, pre = ({}, "") if kv == "auto" else ({"kv_dtype": kv}, "fp8_")
+        out += [dict(c, sweep=pre + "dflash", T=DFLASH_BLOCK, batch=b, algorithm="DFLASH", **extra) for b in (1, 8)]
+        out += [dict(c, sweep=pre + "ddtree", T=D, batch=1, algorithm="DDTREE", budget=D - 1, **extra)
+                for D in DDTREE_WIDTHS]
+    return out
+
+
+def production_case(cfg, pre: list[int], seed: int, kv: str, device: str = "cuda"):
+    """The batch of a production config: DFLASH's causal block or DDTree's padded tree."""
+    kw = dict(layout=cfg["layout"], page_size=cfg["page"], seed=seed, device=device, slack=0.25, kv_dtype=kv)
+    if cfg["algorithm"] == "DFLASH":
+        return dflash_case(pre, cfg["T"], cfg["H"], **kw)
+    return ddtree_case(pre, cfg["budget"], cfg["H"], topk=2, tree_sizes=[3 * cfg["T"] // 4] * len(pre), **kw)
 
 
 def traffic(prefix_lens: list[int], T: int, H: int, kv_dtype: str = "auto") -> dict:
@@ -112,9 +146,11 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
         T, H = cfg["T"], cfg["H"]
         kv = cfg.get("kv_dtype", "auto")
         fp8 = kv == FP8_KV
-        case = make_case(pre, [T] * len(pre), H, tree="ddtree", layout=cfg["layout"], page_size=cfg["page"],
-                         seed=zlib.crc32(repr(sorted(cfg.items())).encode()) % 10_000,
-                         device="cuda", slack=0.25, kv_dtype=kv)
+        prod = "algorithm" in cfg
+        seed = zlib.crc32(repr(sorted(cfg.items())).encode()) % 10_000
+        case = production_case(cfg, pre, seed, kv) if prod else \
+            make_case(pre, [T] * len(pre), H, tree="ddtree", layout=cfg["layout"], page_size=cfg["page"], seed=seed,
+                      device="cuda", slack=0.25, kv_dtype=kv)
         tr = traffic(pre, T, H, kv)
         kv_bytes, nbytes, flops = tr["kv_bytes"], tr["bytes"], tr["flops"]
         copies = [case]
@@ -129,7 +165,7 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
         impls = {"flash": [lambda c=c, o=o, l=l: verify_attention(*c.args(), **c.kwargs(), out=o, lse_out=l,
                                                                   max_draft_len=T)
                            for c, o, l in zip(copies, outs, lses)]}
-        if not fp8 and cfg["sweep"] in ROWS64_SWEEPS and auto != 0 and T <= 64:   # rows64 reads bf16 only
+        if not fp8 and cfg["sweep"] in ROWS64_SWEEPS and auto != 0 and T <= 64 and not prod:   # bf16 only
             impls["flash_rows64"] = [lambda c=c, o=o, l=l: verify_attention(*c.args(), out=o, lse_out=l, tier=0)
                                      for c, o, l in zip(copies, outs, lses)]
         if cfg["sweep"] == "S" and cfg["S"] <= 16384:   # fits in L2: also timed with L2 flushed before each call
@@ -137,7 +173,7 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
         if sgl is not None and fp8 and all(cfg[k] == v for k, v in FP8_SGLANG_AT.items()):
             from .validate import sglang_extend   # with the pool's descales
             impls["sglang_extend"] = [lambda c=c, o=o: sglang_extend(sgl, c, o) for c, o in zip(copies, outs)]
-        if sgl is not None and not fp8 and T <= 64 and cfg["sweep"] != "batch32":
+        if sgl is not None and not fp8 and (T <= 64 or prod) and cfg["sweep"] != "batch32":
             from ..sglang.baseline import run_extend, run_verify_mla
             impls["sglang_extend"] = [lambda c=c, o=o: run_extend(sgl, c, o, page_size=cfg["page"])
                                       for c, o in zip(copies, outs)]
@@ -148,8 +184,9 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
                 ok = False
             if ok:
                 impls["sglang_verify_mla"] = [lambda c=c, o=o: run_verify_mla(sgl, c, o) for c, o in zip(copies, outs)]
-        # fp32 logits + bf16 probabilities fit; its bf16 matmuls cannot read an fp8 pool
-        if not fp8 and rows_total * (max(pre) + T) * 6 < 4e9:
+        # fp32 logits + bf16 probabilities fit; its bf16 matmuls cannot read an fp8 pool (not at the
+        # production shapes: SGLang's kernel is their baseline, and their time is kept short)
+        if not fp8 and not prod and rows_total * (max(pre) + T) * 6 < 4e9:
             impls["torch_naive"] = [lambda c=c, o=o: naive_torch(c, o) for c, o in zip(copies, outs)]
         for name, fns in impls.items():
             try:
@@ -163,7 +200,8 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
                          "tier": {"flash": auto, "flash_l2flushed": auto, "flash_rows64": 0}.get(name),
                          "kv_dtype": KV_DTYPE_NAMES[kv],
                          "time_us": us, "bytes": nbytes, "flops": flops, "GBps": nbytes / (us * 1e-6) / 1e9,
-                         "TFLOPs": flops / (us * 1e-6) / 1e12, "roofline_us": roof_us, "frac_roofline": roof_us / us})
+                         "TFLOPs": flops / (us * 1e-6) / 1e12, "roofline_us": roof_us, "frac_roofline": roof_us / us,
+                         **(production_fields(case) if prod else {})})
             log(f"bench {cfg['sweep']:10s} S={sum(pre):>7} T={T:>4} H={H:>3} {cfg['layout']:10s} p{cfg['page']:<2} "
                 f"{name:18s} {us:12.1f} us  {rows[-1]['GBps']:8.0f} GB/s  {roof_us / us:6.1%} of roofline")
         del copies, outs, lses, impls, case
@@ -171,6 +209,16 @@ def bench(sgl, ceil_gbps: float, ceil_tflops: float, quick: bool, save=None) -> 
         if save:
             save(rows)
     return rows
+
+
+def production_fields(case) -> dict:
+    """What a production row says of its shape: the algorithm, DFLASH's block (causal, no mask),
+    DDTree's budget, topk and the real nodes of each request's padded tree."""
+    m = case.meta
+    if m["algorithm"] == "DFLASH":
+        return {"algorithm": "DFLASH", "block": m["block"], "causal": True}
+    return {"algorithm": "DDTREE", "budget": m["budget"], "topk": m["topk"], "tree_sizes": m["tree_sizes"],
+            "causal": False}
 
 
 def _clone_case(case):

@@ -65,6 +65,22 @@ def fp8_bench_rows(rng) -> list[dict]:
     return rows + [bench_row(rng, "fp8_S", "sglang_extend", 185000, **f)]
 
 
+def production_bench_rows(rng) -> list[dict]:
+    """The production algorithm's rows as kernel/bench/sweeps.py writes them: DFLASH's causal block
+    of 16 at batch 1 and 8, DDTree's padded trees at D = 17, 33, 65, both pools; SGLang's extend
+    path beside them on bf16; each row naming its algorithm and shape."""
+    rows = []
+    for kv, pre in ((None, ""), ("fp8_e4m3", "fp8_")):
+        impls = ("flash",) if kv else ("flash", "sglang_extend")
+        for b in (1, 8):
+            rows += [{**bench_row(rng, pre + "dflash", i, 185000 * b, T=16, batch=b, kv_dtype=kv),
+                      "algorithm": "DFLASH", "block": 16, "causal": True} for i in impls]
+        for D in (17, 33, 65):
+            rows += [{**bench_row(rng, pre + "ddtree", i, 185000, T=D, kv_dtype=kv), "algorithm": "DDTREE",
+                      "budget": D - 1, "topk": 2, "tree_sizes": [3 * D // 4], "causal": False} for i in impls]
+    return rows
+
+
 def bench_doc(date: str, seed: int = 0, fp8: bool = True) -> dict:
     rng = np.random.default_rng(seed)
     impls = ("flash", "sglang_extend", "sglang_verify_mla", "torch_naive")
@@ -89,6 +105,7 @@ def bench_doc(date: str, seed: int = 0, fp8: bool = True) -> dict:
     rows += [bench_row(rng, "batch32", i, 3_000_000, batch=32) for i in ("flash", "torch_naive")]
     # drawn last, so the bf16 rows' numbers are the same with or without them
     rows += fp8_bench_rows(rng) if fp8 else []
+    rows += production_bench_rows(rng) if fp8 else []   # drawn last too; files since issue 24 have them
     # what kernel.build reports per arch and tier; 240 registers at most so no test can mistake
     # it for real data
     variants = {"mla_verify_kernel": {"small_nt1": 100, "small_nt2": 130, "small_nt4": 200,
@@ -184,6 +201,12 @@ def backend_doc(date: str, seed: int = 0, fp8: bool = True) -> dict:
                    "tool": "compute-sanitizer", "returncode": 0,
                    "summary": "========= ERROR SUMMARY: 0 errors",
                    "case": {**small8, "layers": 2, "flash_replay_ms": None}, "pass": True}]
+        # the production algorithm's shapes (backend_check.PRODUCTION_CASES), drawn last; run()
+        # writes them with the other graph cases, before the adaptive sequence and the memchecks
+        cases[2:2] = [{**graph("dflash-b16-bs8", 8, 16, 1, [3000, 517, 64, 9], [2900, 33], True),
+                       "algorithm": "DFLASH"},
+                      {**graph("ddtree-b32-bs4", 8, 16, 1, [2500, 0, 900, 40], [2000, 0], True),
+                       "algorithm": "DDTREE", "budget": 32, "topk": 2}]
     return {**header("sglang-backend", date), "sglang_version": "0.0.fixture",
             "triton_version": "0.0", "layers": 61, "tol": 0.01, "fp8_control_tol": 0.2,
             "cases": cases, "all_pass": True}
@@ -229,6 +252,40 @@ def fp8_validation(rng, n: int) -> dict:
             "seconds": 42.0}
 
 
+def production_validation(rng) -> dict:
+    """The validation file's "production" section as validate_production writes it: DDTree's
+    padded trees (budgets 7 and 32, topk 1 and 2) and DFLASH's blocks of 16, both pools, every
+    case at every tier of its pool, SGLang's extend beside each."""
+    cases, sgl = [], []
+    plan = [dict(family="ddtree", budget=7, topk=1, batch=8), dict(family="ddtree", budget=32, topk=2, batch=1),
+            dict(family="dflash", block=16, batch=8)]
+    for kv, tiers in (("bfloat16", (0, 1, 2, 4, 6, 8)), ("fp8_e4m3", (1, 2, 4, 6, 8))):
+        for i, p in enumerate(plan):
+            rel = float(rng.uniform(1e-3, 4e-3))
+            T = p["budget"] + 1 if p["family"] == "ddtree" else p["block"]
+            extra = ({"budget": p["budget"], "topk": p["topk"],
+                      "tree_sizes": [int(x) for x in rng.integers(1, T + 1, p["batch"])]}
+                     if p["family"] == "ddtree" else {"block": p["block"]})
+            cases.append({"id": i, "family": p["family"], "kv_dtype": kv, "prefix_lens": [1000] * p["batch"],
+                          "draft_lens": [T] * p["batch"], "heads": 8, "tier": tiers[-1], "rel_err": rel,
+                          "lse_rel_err": rel / 10, "nan": False, "unwritten": 0, "lse_inf_match": True,
+                          "pass": True, "tiers": [{"tier": t, "rel_err": rel * 1.1, "nan": False, "pass": True}
+                                                  for t in tiers[:-1]], "pass_all_tiers": True, **extra})
+            sgl.append({"id": i, "family": p["family"], "kv_dtype": kv,
+                        "rel_err_vs_sglang": rel * (1.5 if kv == "bfloat16" else 20)})
+    fams = {}
+    for c in cases:
+        f = fams.setdefault(f"{c['family']}/{c['kv_dtype']}", {"family": c["family"], "kv_dtype": c["kv_dtype"],
+                                                               "n_cases": 0, "n_checks": 0, "failing": 0,
+                                                               "worst_rel_err": 0.0})
+        f["n_cases"] += 1
+        f["n_checks"] += 1 + len(c["tiers"])
+        f["worst_rel_err"] = max(f["worst_rel_err"], c["rel_err"] * 1.1)
+    return {"all_pass": True, "tolerance": 1e-2, "n_cases": len(cases),
+            "n_checks": sum(f["n_checks"] for f in fams.values()), "families": fams, "cases": cases,
+            "sglang": {"cases": sgl}, "seconds": 50.0}
+
+
 def validation_doc(date: str, seed: int = 0, n: int = 24, fp8: bool = True) -> dict:
     """bf16 cases as kernel/bench/validate.py writes them; with fp8, its "fp8" section too
     (drawn after, so the bf16 numbers do not depend on it)."""
@@ -251,7 +308,10 @@ def validation_doc(date: str, seed: int = 0, n: int = 24, fp8: bool = True) -> d
     doc = {**header("validation", date), "n_cases": n, "tolerance": 2e-2, "all_pass": True,
            "cases": cases, "worst": worst, "sglang": {"cases": sgl}, "graph": {"cases": graph},
            "n_checks": sum(v["checks"] for v in by_tier.values()), "by_tier": by_tier}
-    return {**doc, "fp8": fp8_validation(rng, 12)} if fp8 else doc
+    if not fp8:
+        return doc
+    f8 = fp8_validation(rng, 12)
+    return {**doc, "fp8": f8, "production": production_validation(rng)}   # drawn after: the rest unchanged
 
 
 def integration_doc(date: str, seed: int = 0) -> dict:

@@ -170,9 +170,10 @@ def test_sglang_backend_all_pass_is_in_box_table_and_index(page, fixture_dir):
 
 
 @pytest.mark.parametrize("break_it, status, words", [
-    (lambda d: d["cases"][1].update({"pass": False}), "fail", "3/4 pass, memcheck clean"),
-    (lambda d: d["cases"][3].update(summary="========= ERROR SUMMARY: 2 errors", returncode=3),
-     "fail", "4/4 pass, memcheck NOT clean"),
+    # the fixture's bf16 cases: 2 EAGLE graphs, 2 of the production shapes, adaptive, memcheck
+    (lambda d: d["cases"][1].update({"pass": False}), "fail", "5/6 pass, memcheck clean"),
+    (lambda d: next(c for c in d["cases"] if c["name"] == "memcheck").update(
+        summary="========= ERROR SUMMARY: 2 errors", returncode=3), "fail", "6/6 pass, memcheck NOT clean"),
 ])
 def test_a_failing_backend_case_or_dirty_memcheck_fails_the_verdict(tmp_path, cli, break_it,
                                                                      status, words):
@@ -212,3 +213,45 @@ def test_the_ladder_compares_the_same_shape_across_micro_files(tmp_path, cli):
     assert t1[col] == f"{full['time_us']:,.1f}"
     assert list(rows[0]).index(col) < list(rows[0]).index(
         next(h for h in rows[0] if h.startswith("f1x7u7e")))   # oldest first
+
+
+# ---- section 13: the production algorithm's shapes (issue 24) ----
+def test_production_shapes_bench_table_is_the_json(page, fixture_dir):
+    rows = _table(page, "The production algorithm's shapes, H = 8")
+    bench = _doc(fixture_dir, "bench")
+    ours = [r for r in bench["rows"] if r.get("algorithm") and r["impl"] == "flash"]
+    assert len(rows) == len(ours) == 10
+    for r in ours:
+        pool = r.get("kv_dtype", "bfloat16")
+        got = [x for x in rows if x["KV pool"] == pool and x["query rows per request (H x T)"] == str(8 * r["T"])
+               and x["requests"] == str(r["batch"])]
+        assert len(got) == 1, (pool, r["T"], r["batch"])
+        g = got[0]
+        assert g["ours, us"] == f"{r['time_us']:,.1f}" and g["% of roofline"] == f"{100 * r['frac_roofline']:.1f}"
+        assert g["ours, ms per 61 layers"] == f"{r['time_us'] * 61 / 1e3:,.2f}"
+        sgl = [x for x in bench["rows"] if x.get("algorithm") and x["impl"] == "sglang_extend"
+               and x.get("kv_dtype", "bfloat16") == pool and x["T"] == r["T"] and x["batch"] == r["batch"]]
+        assert g["speed-up"] == (f"{sgl[0]['time_us'] / r['time_us']:,.0f}x" if sgl else "n/a")
+        if r["algorithm"] == "DDTREE":
+            D = r["budget"] + 1
+            assert g["algorithm"] == "DDTree" and f"D = {D} nodes" in g["verified per request"]
+            assert f"{r['tree_sizes'][0]} of {D} nodes real" in g["verified per request"]
+        else:
+            assert g["algorithm"] == "DFLASH" and "causal block of 16" in g["verified per request"]
+
+
+def test_production_shapes_validation_and_backend_tables(page, fixture_dir):
+    rows = _table(page, "The production shapes against the float64 oracle")
+    fams = _doc(fixture_dir, "validation")["production"]["families"]
+    assert len(rows) == len(fams) == 4
+    for f in fams.values():
+        name = {"ddtree": "DDTree", "dflash": "DFLASH"}[f["family"]]
+        got = [r for r in rows if r["algorithm"] == name and r["KV pool"] == f["kv_dtype"]]
+        assert len(got) == 1
+        assert got[0]["cases"] == str(f["n_cases"]) and got[0]["checks (every tier)"] == str(f["n_checks"])
+        assert got[0]["worst relative error"] == f"{f['worst_rel_err']:.2e}" and got[0]["failing checks"] == "0"
+    text = _text(page)
+    assert "13. The production algorithm's shapes" in text and "all pass" in text
+    backend = _table(page, "SGLang's real backend fed DFLASH's and DDTree's verify inputs")
+    assert [r["case"] for r in backend] == ["dflash-b16-bs8", "ddtree-b32-bs4"]
+    assert "DDTree (pull request #29907's verify input: D = 33" in backend[1]["what it covers"]
