@@ -141,3 +141,13 @@ def test_other_fp8_formats_are_refused_by_dtype(fp8_case):
     with pytest.raises(VerifyInputError, match=r"^kv_cache: dtype float8_e5m2 not supported \(expected one of "
                                                r"bfloat16, float8_e4m3fn\)"):
         verify_attention(*args, **fp8_case.kwargs())
+
+
+def test_no_lse_means_no_lse_buffer(case):
+    """with_lse=False (the SGLang verify call site: nothing reads the LSE) takes no lse_out: the
+    kernel gets a null pointer, which its tiers and merge skip (verify_common.cuh store_tile,
+    combine.cuh), so nothing is sized from the tokens per request."""
+    with pytest.raises(VerifyInputError, match=r"lse_out: given with with_lse=False"):
+        verify_attention(*case.args(), lse_out=torch.empty(6, 2), with_lse=False)
+    with pytest.raises(VerifyInputError, match=r"q: is on cpu"):   # otherwise the usual checks run
+        verify_attention(*case.args(), with_lse=False)
