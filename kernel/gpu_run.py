@@ -37,7 +37,9 @@
 - extend, extend-bench: EXTEND over a cached prefix (issue 26): causal new tokens, T = 1 to
   16,384 over prefixes up to 180k, both pools, against float64 and fp32 references and SGLang
   (kernel/bench/extend_validate.py); timed at T = 1..8,192 over 185k and over the chunks of a
-  185k-token prefill (kernel/bench/extend_bench.py). Not in the default stages.
+  185k-token prefill (kernel/bench/extend_bench.py); sglang-extend: the same through SGLang's real
+  backend with the plugin, both arms, eager, bf16 and fp8 pools (kernel/sglang/extend_check.py,
+  needs the sglang bundle). Not in the default stages.
 Timings: median over repeats of CUDA-event-timed CUDA-graph replays (slow calls: timed one
 by one), after warm-up, rotating input copies so L2 does not serve repeats.
 """
@@ -64,7 +66,7 @@ from .ops import TIERS, verify_attention
 
 
 STAGES = ("validate", "graph", "stream", "mma", "full", "parts", "probe", "fixed", "trace", "bench", "integration",
-          "sglang-backend", "dcp-sim", "extend", "extend-bench", "once")
+          "sglang-backend", "dcp-sim", "extend", "extend-bench", "sglang-extend", "once")
 
 
 def main(argv=None) -> int:
@@ -74,7 +76,8 @@ def main(argv=None) -> int:
                     help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
     ap.add_argument("--stages", default="validate,graph,stream,mma,full,parts,fixed,bench,integration",
                     help="comma-separated: validate, graph, stream, mma, full, parts, probe, fixed, trace "
-                         "(microbenchmarks), bench, integration, sglang-backend, dcp-sim, extend, extend-bench, once")
+                         "(microbenchmarks), bench, integration, sglang-backend, dcp-sim, extend, extend-bench, "
+                         "sglang-extend, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
     ap.add_argument("--fp8-cases", type=int, default=500,
                     help="random validation cases on the fp8_e4m3 pool (plus its extremes; 0: no fp8 validation)")
@@ -165,6 +168,11 @@ def main(argv=None) -> int:
         res_e = dict(info, **validate_extend(a.tol, sgl))
         (out / f"extend-validation-{tag}-{stamp}.json").write_text(json.dumps(res_e, indent=1))
         summary += extend_lines(res_e)
+    if "sglang-extend" in stages:
+        from .sglang.extend_check import run as run_extend_check, summary_lines as extend_check_lines
+        res_x = dict(info, **run_extend_check(log=log))
+        (out / f"sglang-extend-{tag}-{stamp}.json").write_text(json.dumps(res_x, indent=1))
+        summary += extend_check_lines(res_x)
     if "once" in stages:   # a single centre-point call, for a profiler to attach to
         c = make_case([185000], [8], 8, tree="ddtree", layout="scattered", seed=77, device="cuda")
         for _ in range(3):

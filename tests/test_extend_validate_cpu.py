@@ -94,4 +94,4 @@ def test_cases_cover_issue_26s_shapes():
 
 def test_registered_as_a_gpu_run_stage():
     from kernel import gpu_run
-    assert {"extend", "extend-bench"} <= set(gpu_run.STAGES)
+    assert {"extend", "extend-bench", "sglang-extend"} <= set(gpu_run.STAGES)
