@@ -65,11 +65,11 @@ def test_a_broken_kernel_fails(monkeypatch, broken, kv_dtype):
 
 
 def test_mask_identity_needs_equal_outputs(monkeypatch):
-    monkeypatch.setattr(ev, "MASK_CASE", dict(name="m", S=[12, 0], T=[6, 3], H=2))
+    spec = dict(name="m", S=[12, 0], T=[6, 3], H=2)
     monkeypatch.setattr(ev, "verify_attention", oracle_kernel())
-    assert ev.check_mask_identity("auto", 3)["pass"]
+    assert ev.check_mask_identity(spec, "auto", 3)["pass"]
     monkeypatch.setattr(ev, "verify_attention", oracle_kernel("mask"))
-    assert not ev.check_mask_identity("auto", 3)["pass"]
+    assert not ev.check_mask_identity(spec, "auto", 3)["pass"]
 
 
 def test_spelled_out_mask_is_the_oracles_causal_chain():
@@ -95,3 +95,14 @@ def test_cases_cover_issue_26s_shapes():
 def test_registered_as_a_gpu_run_stage():
     from kernel import gpu_run
     assert {"extend", "extend-bench", "sglang-extend"} <= set(gpu_run.STAGES)
+
+
+def test_the_stage_body_and_its_summary(monkeypatch):
+    monkeypatch.setattr(ev, "verify_attention", oracle_kernel())
+    monkeypatch.setattr(ev, "CASES", (SPEC, dict(name="one", S=[3], T=[2], H=1)))
+    monkeypatch.setattr(ev, "MASK_CASES", (dict(name="m", S=[5], T=[4], H=1),))
+    v = ev.validate_extend(1e-2, None)
+    assert v["kind"] == "extend-validation" and v["all_pass"] and v["n_cases"] == 4
+    assert v["n_failing_checks"] == 0 and len(v["mask_identity"]) == 2
+    lines = ev.summary_lines(v)
+    assert len(lines) == 5 and lines[-1].startswith("extend validation: 4 cases") and "all_pass=True" in lines[-1]

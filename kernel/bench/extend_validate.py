@@ -11,7 +11,7 @@ must stay below FP32_REF_TOL. Each case runs at its default tier (pick_tier from
 length, as the plugin passes SGLang's max_extend_len) and at other tiers: all of the pool's
 tiers where the case is cheap (CHEAP_FLOPS), one other large tier where not. Beside it, SGLang's
 extend_attention_fwd on the same inputs (recorded, not gated; on the fp8 pool it rounds q and P
-to e4m3), and the MASK_CASE with its causal mask spelled out, which must give the kernel's
+to e4m3), and the MASK_CASES with their causal mask spelled out, which must give the kernel's
 outputs bit for bit (the schedule cuts a causal item at its last token's key, verify_common.cuh).
 """
 from __future__ import annotations
@@ -65,7 +65,10 @@ CASES = (
     dict(name="h16", S=[30000], T=[512], H=16),
     dict(name="h128", S=[8000], T=[300], H=128),
 )
-MASK_CASE = dict(name="causal_mask_spelled_out", S=[20000, 0, 5000], T=[2048, 700, 33])
+# each with its causal mask spelled out: one split per request (more row tiles than CTAs), and
+# one head, where splits lie wholly among the new tokens (the schedule's one-key items)
+MASK_CASES = (dict(name="causal_mask_spelled_out", S=[20000, 0, 5000], T=[2048, 700, 33]),
+              dict(name="causal_mask_spelled_out_h1", S=[1000, 0], T=[256, 300], H=1))
 KV_DTYPES = ("auto", FP8_KV)
 
 
@@ -207,10 +210,10 @@ def spelled_out_mask(case) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(blocks), torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(DEVICE)
 
 
-def check_mask_identity(kv_dtype: str, seed: int) -> dict:
-    """MASK_CASE through the kernel with custom_mask None and with the same causal mask spelled
-    out, at its default tier and one other: outputs and LSE equal (torch.equal)."""
-    case = build(MASK_CASE, kv_dtype, seed)
+def check_mask_identity(spec: dict, kv_dtype: str, seed: int) -> dict:
+    """A MASK_CASES entry through the kernel with custom_mask None and with the same causal mask
+    spelled out, at its default tier and one other: outputs and LSE equal (torch.equal)."""
+    case = build(spec, kv_dtype, seed)
     m = case.meta
     mask, mask_indptr = spelled_out_mask(case)
     T = max(m["draft_lens"])
@@ -230,20 +233,20 @@ def check_mask_identity(kv_dtype: str, seed: int) -> dict:
         rows.append({"tier": tier, "equal": bool(torch.equal(o1, o2) and torch.equal(l1, l2)),
                      "max_abs_diff": float((o1.float() - o2.float()).abs().max()),
                      "nan": bool(torch.isnan(o1).any() or torch.isnan(l1).any())})
-    log(f"extend {kv_dtype:8s} {MASK_CASE['name']}: {rows}")
-    return {"name": MASK_CASE["name"], "kv_dtype": kv_dtype, "prefix_lens": m["prefix_lens"],
+    log(f"extend {kv_dtype:8s} {spec['name']}: {rows}")
+    return {"name": spec["name"], "kv_dtype": kv_dtype, "prefix_lens": m["prefix_lens"],
             "new_lens": m["draft_lens"], "heads": m["heads"], "tiers": rows,
             "pass": all(r["equal"] and not r["nan"] for r in rows)}
 
 
 def validate_extend(tol: float, sgl) -> dict:
-    """Every CASES entry on both pools, then MASK_CASE on both: the body of extend-validation-*.json."""
+    """Every CASES entry on both pools, then the MASK_CASES on both: the body of extend-validation-*.json."""
     t0 = time.time()
     cases, identity = [], []
     for kv_dtype in KV_DTYPES:
         for i, spec in enumerate(CASES):
             cases.append(check(spec, kv_dtype, SEED0 + 100 * i + (50 if kv_dtype == FP8_KV else 0), tol, sgl))
-        identity.append(check_mask_identity(kv_dtype, SEED0 + 9000))
+        identity += [check_mask_identity(spec, kv_dtype, SEED0 + 9000 + j) for j, spec in enumerate(MASK_CASES)]
     checks = [(c["kv_dtype"], r) for c in cases for r in c["tiers"]]
     worst = max(cases, key=lambda c: (not c["pass"], max(r["rel_err_all"] for r in c["tiers"])))
     return {"kind": KIND, "tolerance": tol, "fp32_ref_tolerance": FP32_REF_TOL, "sampled_new_tokens": SAMPLED,
