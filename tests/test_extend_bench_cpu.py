@@ -40,3 +40,14 @@ def test_rows_carry_the_sweep_fields_and_causal_flops(kv):
     assert r["bytes"] == traffic([185000], 8192, 8, kv)["bytes"]
     assert r["roofline_us"] == pytest.approx(roofline_us(r["bytes"], r["flops"], 4000.0, 600.0))
     assert r["kv_dtype"] == ("bfloat16" if kv == "auto" else "fp8_e4m3")
+
+
+def test_summary_lists_the_t_rows_and_each_prefill_sum():
+    rows = [eb._row("extend_T", 185000, 2, "auto", "flash", 2, 80.0, 4000.0, 600.0),
+            eb._row("fp8_extend_T", 185000, 2, "fp8_e4m3", "sglang_extend", None, 24000.0, 4000.0, 600.0),
+            eb._row("extend_prefill185k", 0, 8192, "auto", "flash", 8, 4000.0, 4000.0, 600.0)]
+    prefill = {"bfloat16 flash": dict(kv_dtype="bfloat16", impl="flash", chunks=23, chunk_tokens=8192,
+                                      prompt_tokens=185000, time_ms_per_layer=1700.0, flops=3e14, TFLOPs=176.0)}
+    lines = eb.summary_lines({"rows": rows, "prefill_185k": prefill})
+    assert len(lines) == 3 and "sglang_extend" in lines[1]
+    assert lines[2] == "extend prefill 185000 tokens (bfloat16 flash, 23 chunks of 8192): 1700.0 ms a layer, 176 TF/s"

@@ -3,8 +3,8 @@ T = 1, 2, 16, 256 and 8,192 causal new tokens over a 185k prefix, H = 8, on a bf
 pool, our kernel at its default tier (and one other large tier beside it) and SGLang's
 extend_attention_fwd as forward_extend calls it for EXTEND; then every chunk of a 185,000-token
 prompt prefilled in 8,192-token chunks (chunk k: 8,192 k cached tokens, the first with none, as
-SGLang's prefill CUDA graph sends it to the absorbed path too), ours only: their sum is the
-kernel-level time of one layer's prefill.
+SGLang's prefill CUDA graph sends it to the absorbed path too), ours only, at the default tier and
+at the other large tier: their sum is the kernel-level time of one layer's prefill.
 
 Rows carry the fields of the bench sweeps (kernel/bench/sweeps.py), each against the roofline of
 the ceilings measured in the same run; bytes as the sweeps count them (traffic: every prefix row
@@ -100,20 +100,22 @@ def bench_extend(sgl, ceil_gbps: float, ceil_tflops: float, save=None) -> dict:
                     f"{r['frac_roofline']:6.1%} of roofline")
             if save:
                 save(doc)
-        total, flops = 0.0, 0.0
-        for S, T in prefill_chunks():
-            c = sub_case(case, S, T)
-            tier = pick_tier(H, T, 1, T, kv_fp8=fp8)
-            us = _time(lambda c=c, t=tier, T=T: verify_attention(*c.args(), **c.kwargs(), out=o[:T], lse_out=lse[:T],
-                                                                 max_draft_len=T, tier=t))
-            rows.append(_row(f"{pre}extend_prefill185k", S, T, kv, "flash", tier, us, ceil_gbps, ceil_tflops))
-            total += us
-            flops += rows[-1]["flops"]
-        prefill[KV_DTYPE_NAMES[kv]] = {"chunks": len(prefill_chunks()), "chunk_tokens": CHUNK, "prompt_tokens": PROMPT,
-                                       "time_ms_per_layer": total / 1e3, "flops": flops,
-                                       "TFLOPs": flops / (total * 1e-6) / 1e12}
-        log(f"extend-bench {kv:8s} prefill of {PROMPT} tokens in {CHUNK}-token chunks: {total / 1e3:.1f} ms a layer, "
-            f"{prefill[KV_DTYPE_NAMES[kv]]['TFLOPs']:.0f} TF/s")
+        for impl in ("flash", f"flash_t{ALT_TIER[kv]}"):   # the default tier, then the other large one
+            total, flops = 0.0, 0.0
+            for S, T in prefill_chunks():
+                c = sub_case(case, S, T)
+                tier = pick_tier(H, T, 1, T, kv_fp8=fp8) if impl == "flash" else ALT_TIER[kv]
+                us = _time(lambda c=c, t=tier, T=T: verify_attention(*c.args(), **c.kwargs(), out=o[:T],
+                                                                     lse_out=lse[:T], max_draft_len=T, tier=t))
+                rows.append(_row(f"{pre}extend_prefill185k", S, T, kv, impl, tier, us, ceil_gbps, ceil_tflops))
+                total += us
+                flops += rows[-1]["flops"]
+            p = prefill[f"{KV_DTYPE_NAMES[kv]} {impl}"] = {
+                "kv_dtype": KV_DTYPE_NAMES[kv], "impl": impl, "chunks": len(prefill_chunks()), "chunk_tokens": CHUNK,
+                "prompt_tokens": PROMPT, "time_ms_per_layer": total / 1e3, "flops": flops,
+                "TFLOPs": flops / (total * 1e-6) / 1e12}
+            log(f"extend-bench {kv:8s} {impl}: prefill of {PROMPT} tokens in {CHUNK}-token chunks: "
+                f"{total / 1e3:.1f} ms a layer, {p['TFLOPs']:.0f} TF/s")
         if save:
             save(doc)
         del case, o, lse
@@ -125,6 +127,7 @@ def summary_lines(doc: dict) -> list[str]:
     out = [f"{r['sweep']:22s} S={r['S']:>7} T={r['T']:>5} {r['kv_dtype']:9s} t{r['tier']} {r['impl']:14s} "
            f"{r['time_us']:12.1f} us {r['TFLOPs']:6.1f} TF/s {r['frac_roofline']:6.1%}"
            for r in doc["rows"] if r["sweep"].endswith("extend_T")]
-    out += [f"extend prefill {p['prompt_tokens']} tokens ({kv}, {p['chunks']} chunks of {p['chunk_tokens']}): "
-            f"{p['time_ms_per_layer']:.1f} ms a layer, {p['TFLOPs']:.0f} TF/s" for kv, p in doc["prefill_185k"].items()]
+    out += [f"extend prefill {p['prompt_tokens']} tokens ({p['kv_dtype']} {p['impl']}, {p['chunks']} chunks of "
+            f"{p['chunk_tokens']}): {p['time_ms_per_layer']:.1f} ms a layer, {p['TFLOPs']:.0f} TF/s"
+            for p in doc["prefill_185k"].values()]
     return out
