@@ -166,6 +166,8 @@ def install(backend) -> None:
     SGLang's methods are not there to hook (EXTEND would silently stay on SGLang's kernel)."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
+    if getattr(backend, "mla_verify_extend", False):
+        return   # hooked already (a second install on the same backend would only wrap the wrappers)
     for name in ("forward_extend", "_forward_extend_kernel"):
         if not callable(getattr(backend, name, None)):
             raise StrictFlashError(strict._msg(f"this SGLang's TritonAttnBackend has no {name}", "the plugin "

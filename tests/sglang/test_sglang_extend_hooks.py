@@ -104,3 +104,11 @@ def test_sglangs_forward_extend_writes_the_kv_before_its_kernel_call_site():
     assert src.index("return self._forward_extend_dcp(") < call
     assert src.index("return self._forward_extend_unified(") < call
     assert src.index("forward_batch.forward_mode.is_target_verify()") < call
+
+
+def test_a_second_install_changes_nothing():
+    b = Backend()
+    extend.install(b)
+    hooked = (b.forward_extend, b._forward_extend_kernel)
+    extend.install(b)
+    assert (b.forward_extend, b._forward_extend_kernel) == hooked
