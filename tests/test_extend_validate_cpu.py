@@ -106,3 +106,17 @@ def test_the_stage_body_and_its_summary(monkeypatch):
     assert v["n_failing_checks"] == 0 and len(v["mask_identity"]) == 2
     lines = ev.summary_lines(v)
     assert len(lines) == 5 and lines[-1].startswith("extend validation: 4 cases") and "all_pass=True" in lines[-1]
+
+
+def test_sglangs_kernel_failing_is_recorded_not_fatal(monkeypatch):
+    from kernel.bench import validate
+
+    def broken(sgl, case, o):
+        raise RuntimeError("out of shared memory")
+    monkeypatch.setattr(validate, "sglang_extend", broken)
+    monkeypatch.setattr(ev, "verify_attention", oracle_kernel())
+    row = ev.check(SPEC, "auto", 1, 1e-2, object())
+    assert row["pass"] and row["sglang"] == {"error": "RuntimeError: out of shared memory"}
+    assert "SGLang nan" in ev.summary_lines(dict(cases=[row], n_cases=1, n_checks=1, all_pass=True, seconds=1,
+                                                 worst=dict(rel_err_all=0.0, kv_dtype="auto", name="tiny"),
+                                                 mask_identity=[]))[0]
