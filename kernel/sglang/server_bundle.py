@@ -173,8 +173,9 @@ def probe(out_path: str, modules=SERVER_MODULES) -> None:
                "torch": torch.__version__}, open(out_path, "w"), indent=1)
 
 
-def run_probe(extra_paths=(), modules=SERVER_MODULES, python: str = sys.executable) -> dict:
-    """The probe in a subprocess with the stand-ins, the repo and `extra_paths` on PYTHONPATH."""
+def run_probe(extra_paths=(), modules=SERVER_MODULES, python: str = sys.executable, check: bool = True) -> dict:
+    """The probe in a subprocess with the stand-ins, the repo and `extra_paths` on PYTHONPATH;
+    with `check`, raises BundleError for what check_probe finds."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "probe.json")
         path = os.pathsep.join(str(p) for p in (STANDINS, ROOT, *extra_paths))
@@ -185,6 +186,11 @@ def run_probe(extra_paths=(), modules=SERVER_MODULES, python: str = sys.executab
         if p.returncode != 0 or not os.path.exists(out):
             raise BundleError(f"the server probe failed (exit {p.returncode}):\n{p.stderr[-4000:]}")
         found = json.load(open(out))
+    return check_probe(found) if check else found
+
+
+def check_probe(found: dict) -> dict:
+    """Raise BundleError when a server module did not import or a placeholder was called."""
     if found["errors"]:
         raise BundleError("the server's modules do not import here (with SGLang's CUDA branches and the stand-ins): "
                           + "; ".join(f"{m}: {e}" for m, e in found["errors"].items()))

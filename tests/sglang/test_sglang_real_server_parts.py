@@ -269,6 +269,13 @@ def test_classify_splits_a_step_by_phase_and_kernel_kind():
     assert c["top_kernels"][0]["name"] == "_fwd_kernel" and c["top_kernels"][0]["phases"] == ["draft_extend"]
 
 
+def test_trace_summary_says_what_a_trace_holds():
+    t = breakdown.trace_summary(synthetic_trace(layers=2, steps=3))
+    assert t["categories"]["kernel"] == 4 * 9 + 1 and t["categories"]["cuda_runtime"] == 16
+    assert t["spans"] == {"draft": 4, "step[DRAFT bs=N]": 4, "step[VERIFY bs=N]": 4, "draft_extend": 4}
+    assert t["kernels"]["void mla_verify_kernel_small<4>(Params)"] == 8
+
+
 def test_classify_needs_two_verify_steps():
     with pytest.raises(breakdown.TraceError, match="step\\[VERIFY"):
         breakdown.classify(synthetic_trace(steps=0), layers=2)

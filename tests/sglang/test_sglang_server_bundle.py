@@ -170,9 +170,13 @@ def test_build_refuses_a_bundle_over_budget(tmp_path):
 
 
 def test_probe_imports_with_cuda_branches_and_names_what_fails():
-    found = sb.run_probe(modules=("sglang.srt.layers.attention.triton_backend",))
+    found = sb.run_probe(modules=("sglang.srt.layers.attention.triton_backend", "sglang.srt.no_such_module"),
+                         check=False)
     assert "sglang.srt.layers.attention.triton_backend" in found["sglang_modules"]
     assert found["standins_called"] == [] and found["standins_ran"] == []
     assert "torch" in found["distributions"] and "sglang" in found["distributions"]
+    assert list(found["errors"]) == ["sglang.srt.no_such_module"]
     with pytest.raises(db.BundleError, match="sglang.srt.no_such_module: ModuleNotFoundError"):
-        sb.run_probe(modules=("sglang.srt.no_such_module",))
+        sb.check_probe(found)
+    found["errors"] = {}
+    assert sb.check_probe(found) is found

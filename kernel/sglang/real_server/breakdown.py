@@ -24,7 +24,7 @@ import bisect
 import gzip
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 STAGE_SPANS = ("draft_extend", "draft")
@@ -154,6 +154,20 @@ def classify(events: list[dict], layers: int, top: int = 20) -> dict:
                          "phases": sorted(a[2])} for n, a in kernels],
         "unattributed_kernels": unattributed,
     }
+
+
+def trace_summary(events: list[dict], top: int = 40) -> dict:
+    """What a trace holds, in brief: events per category, the most frequent span names and kernel
+    names (kept in the result even when classify() cannot read the trace)."""
+    cats, spans, kernels = Counter(), Counter(), Counter()
+    for e in events:
+        cats[str(e.get("cat"))] += 1
+        if e.get("cat") == "user_annotation":
+            spans[re.sub(r"\d+", "N", str(e.get("name")))] += 1
+        elif e.get("cat") == "kernel":
+            kernels[str(e.get("name"))[:120]] += 1
+    return {"events": len(events), "categories": dict(cats), "spans": dict(spans.most_common(top)),
+            "kernels": dict(kernels.most_common(top))}
 
 
 SLOPE_KEYS = ("step_ms", "gpu_busy_ms_per_step", "gpu_idle_ms_per_step", "phases.verify.ms_per_step",

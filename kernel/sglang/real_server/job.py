@@ -337,7 +337,7 @@ class Context:
                    *sorted((p.root / "results").glob("L*/*.json")), *sorted(p.profiles.glob("*.trace.json*"))]
         tmp = dest.with_name(dest.name + ".tmp")
         skipped = []
-        with tarfile.open(tmp, "w:xz") as tar:
+        with tarfile.open(tmp, "w:xz", preset=3) as tar:   # rewritten after every step: fast over small
             for f in sources:
                 if not f.is_file():
                     continue

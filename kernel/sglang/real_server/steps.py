@@ -22,7 +22,7 @@ from rollout.observe import healthy, observe_arm
 
 from . import environment as envmod
 from . import measure
-from .breakdown import classify, load_trace, slopes
+from .breakdown import TraceError, classify, load_trace, trace_summary
 
 ROLLOUT_GATE_FAILED, ROLLOUT_HALTED = 3, 5
 
@@ -386,7 +386,13 @@ def step_breakdown(ctx) -> dict:
             result["profiled_timing"] = timing
             result["trace"] = str(trace)
             result["trace_bytes"] = trace.stat().st_size
-            result["classified"] = classify(load_trace(trace), ctx.layers)
+            events = load_trace(trace)
+            result["trace_summary"] = trace_summary(events)
+            try:
+                result["classified"] = classify(events, ctx.layers)
+            except TraceError as e:
+                raise StepFailed(f"the profile trace {trace} could not be classified: {e} (its summary is in the "
+                                 f"result; the trace is in the logs archive when under 8 MiB)", result) from None
     finally:
         if dedicated is not None:
             result["stopped"] = dedicated[1].stop("flash")
