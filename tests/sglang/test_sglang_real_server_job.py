@@ -121,10 +121,25 @@ def test_outputs_fit_the_device_tool_and_keep_the_logs(full_run):
                                                                       "breakdown", "down"]
 
 
-def test_a_step_alone_on_a_fresh_machine_runs_its_prerequisites(tmp_path):
+def cut_off(root):
+    """What a device call killed in the middle of `rollout canary` leaves: the lock of a process
+    that is gone and an unfinished rollout."""
+    state_dir = envmod.Paths(root).state_dir
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock = {"owner": "test", "host": socket.gethostname(), "pid": int(dead.stdout), "time": "2026-12-02T00:00:00Z",
+            "command": "canary", "rollout_id": None}
+    (state_dir / "lock.json").write_text(json.dumps(lock))
+    state = json.loads((state_dir / "state.json").read_text())
+    state["status"] = "canary"
+    (state_dir / "state.json").write_text(json.dumps(state))
+
+
+def test_a_step_alone_runs_its_prerequisites_and_recovers_a_cut_off_rollout(tmp_path):
     root, out, ports = tmp_path / "root", tmp_path / "out", free_ports(2)
     try:
         r = run_job(root, out, ports, "canary")
+        cut_off(root)
+        again = run_job(root, out, ports, "canary")
         r2 = run_job(root, out, ports, "down")
     finally:
         stop_all(root)
@@ -132,5 +147,22 @@ def test_a_step_alone_on_a_fresh_machine_runs_its_prerequisites(tmp_path):
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("real-server-emulated-*.json"))][0]
     auto = {x["step"]: x["auto"] for x in rows["invocation"]["rows"]}
     assert auto == {"setup": True, "up": True, "canary": False}
-    assert "(a prerequisite)" in r.stdout and r2.returncode == 0
-    assert not any(port_open(p) for p in ports)
+    assert "(a prerequisite)" in r.stdout
+    # the second canary found a stale lock and an unfinished rollout with the canary on flash
+    assert again.returncode == 0, again.stdout[-6000:]
+    assert "which is gone: unlocking" in again.stdout and "aborting it, every group serving" in again.stdout
+    assert "rollout rollback" in again.stdout
+    assert r2.returncode == 0 and not any(port_open(p) for p in ports)
+
+
+def test_budget_leaves_a_step_that_would_not_finish_for_the_next_call(tmp_path):
+    root, out, ports = tmp_path / "root", tmp_path / "out", free_ports(2)
+    r = subprocess.run([sys.executable, "-m", "kernel.sglang.real_server", "--emulate", "0.2", "--root", str(root),
+                        "--out", str(out), "--ports", ",".join(map(str, ports)), "--steps", "setup,up,planted",
+                        "--budget", "60"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    stop_all(root)
+    assert r.returncode == 1
+    (m,) = [json.loads(p.read_text()) for p in out.glob("real-server-emulated-*.json")]
+    assert [(x["step"], x["status"]) for x in m["invocation"]["rows"]] == [("setup", "ok"), ("up", "skipped")]
+    assert not any(port_open(p) for p in ports)      # nothing was started
+    assert "not started: predicted" in r.stdout and "left of --budget 60 s" in r.stdout

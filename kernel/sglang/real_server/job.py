@@ -27,8 +27,8 @@ machine) runs them first. After every step --out gets real-server-<gpu|emulated>
 (every step's result for this layer count, breakdowns at every layer count, stand-ins that
 ran) and real-server-logs-<stamp>.tar.xz (server logs, rollout CLI output, state, audit log),
 and --out/rollout/ the rollout tool's own result files: at most 8 files. A short table is
-printed last. Exit 0 when every step did what it should, 1 when one did not (later steps are
-skipped), 2 for bad arguments.
+printed last. Exit 0 when every step did what it should, 1 when one did not or was not started
+for lack of --budget (later steps are skipped), 2 for bad arguments.
 --emulate: rollout's emulator stands in for SGLang (no GPU, no bundle): the orchestration only.
 """
 from __future__ import annotations
@@ -81,6 +81,7 @@ class Context:
         self.rows: list[dict] = []
         self.running: set[str] = set()
         self.prior_breakdowns: dict[int, dict] = {}
+        self.budget = a.budget
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         self.log_path = self.paths.logs / f"job-{self.stamp}.log"
 
@@ -251,6 +252,18 @@ class Context:
             raise StepFailed(f"step {name} needs itself (a prerequisite loop)")
         self.running.add(name)
         predicted, how = self.estimate(name)
+        left = self.budget - (time.monotonic() - self.t0) if self.budget else None
+        if left is not None and predicted > left:
+            self.running.discard(name)
+            msg = (f"not started: predicted {predicted:.0f} s ({how}), {max(left, 0):.0f} s left of --budget "
+                   f"{self.budget:.0f} s; run it in the next call")
+            self.say(f"=== step {name}: {msg}")
+            if auto:
+                raise StepFailed(f"prerequisite step {name} {msg}")
+            row = {"step": name, "ok": False, "status": "skipped", "summary": msg, "wall_s": 0.0,
+                   "predicted_s": round(predicted, 1), "auto": False}
+            self.rows.append(row)
+            return row
         self.say(f"=== step {name}{' (a prerequisite)' if auto else ''}: predicted {predicted:.0f} s ({how})")
         results = self.paths.step_results(self.layers)
         results.mkdir(parents=True, exist_ok=True)
@@ -391,6 +404,9 @@ def parser() -> argparse.ArgumentParser:
                     help="rollout's emulator instead of SGLang, delays times TIME_SCALE (no GPU; tests)")
     ap.add_argument("--prior", action="append", default=[], metavar="JSON",
                     help="an earlier run's real-server-*.json: its breakdowns join the per-layer slope (repeatable)")
+    ap.add_argument("--budget", type=float, default=0.0, metavar="S",
+                    help="start no step whose predicted time exceeds what is left of S seconds since the start "
+                         "(a device call's limit, less a margin), so no rollout command is cut off midway")
     ap.add_argument("--keep-going", action="store_true", help="run the remaining steps after a failed one")
     return ap
 
@@ -430,8 +446,8 @@ def main(argv=None) -> int:
         r = ctx.run_step(s)
         if not r["ok"]:
             ok = False
-            if not a.keep_going:
-                ctx.say(f"stopping after the failed step {s}; state kept in {ctx.paths.root}")
+            if r["status"] == "skipped" or not a.keep_going:
+                ctx.say(f"stopping after step {s} ({r['status']}); state kept in {ctx.paths.root}")
                 break
     ctx.write_out()
     print(ctx.table(), flush=True)

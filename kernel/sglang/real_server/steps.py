@@ -227,6 +227,28 @@ def step_up(ctx) -> dict:
         + f", prefill {g['warm']['seconds']:.1f} s" for n, g in groups.items()), **result}
 
 
+def recover_rollout(ctx, step: str, keep=()) -> None:
+    """Make the rollout tool usable again after a device call was cut off in the middle of one
+    of its commands: a lock whose process is gone is removed (`unlock`), and an unfinished
+    rollout whose status is not in `keep` is ended with every group serving (`abort`)."""
+    from rollout.engine import ACTIVE
+    from rollout.lock import LockCorrupt, holder_alive, read
+
+    try:
+        held = read(ctx.paths.state_dir)
+    except LockCorrupt:
+        held = None   # the rollout command then names it and the fix
+    if held and holder_alive(held) is False:
+        ctx.say(f"the rollout lock is held by pid {held.get('pid')}, which is gone: unlocking")
+        ctx.rollout("unlock", "--reason", f"real-server job ({step}): the process that held the lock is gone (a "
+                                          f"device call cut off?)")
+    state = rollout_state(ctx)
+    if state and state.get("status") in ACTIVE and state["status"] not in keep:
+        ctx.say(f"rollout {state['rollout_id']} is unfinished ({state['status']}): aborting it, every group serving")
+        ctx.rollout("abort", "--reason", f"real-server job ({step}) starts over from an unfinished rollout "
+                                         f"({state['status']})")
+
+
 def _expect_rollout(ctx, rc: int, extra: dict) -> dict:
     state = rollout_state(ctx)
     return {"rollout_rc": rc, "rollout_id": (state or {}).get("rollout_id"), "status": (state or {}).get("status"),
@@ -234,6 +256,7 @@ def _expect_rollout(ctx, rc: int, extra: dict) -> dict:
 
 
 def step_planted(ctx) -> dict:
+    recover_rollout(ctx, "planted")
     ctx.ensure_triton_groups()
     paths = ctx.paths
     paths.planted_log.unlink(missing_ok=True)
@@ -277,6 +300,7 @@ def step_planted(ctx) -> dict:
 
 
 def step_canary(ctx) -> dict:
+    recover_rollout(ctx, "canary")
     ctx.ensure_triton_groups()
     _, plan = ctx.rollout("plan")
     rc, text = ctx.rollout("canary")
@@ -310,8 +334,12 @@ def step_canary(ctx) -> dict:
 
 
 def step_promote(ctx) -> dict:
-    state = rollout_state(ctx)
-    if not state or state.get("status") != "canary_passed":
+    state = rollout_state(ctx) or {}
+    # a passed canary, or a promotion cut off or halted: `promote` continues it
+    resumable = state.get("status") in ("canary_passed", "promoting") or (
+        state.get("status") == "halted" and state.get("halted_from") in ("canary_passed", "promoting"))
+    recover_rollout(ctx, "promote", keep=(state["status"],) if resumable else ())
+    if not resumable:
         ctx.ensure_canary_passed()
     rc, text = ctx.rollout("promote")
     state = rollout_state(ctx)
