@@ -166,3 +166,17 @@ def test_budget_leaves_a_step_that_would_not_finish_for_the_next_call(tmp_path):
     assert [(x["step"], x["status"]) for x in m["invocation"]["rows"]] == [("setup", "ok"), ("up", "skipped")]
     assert not any(port_open(p) for p in ports)      # nothing was started
     assert "not started: predicted" in r.stdout and "left of --budget 60 s" in r.stdout
+
+
+def test_breakdown_at_a_layer_count_no_group_serves_uses_a_flash_server_of_its_own(tmp_path):
+    root, out, ports = tmp_path / "root", tmp_path / "out", free_ports(2)
+    try:
+        r = run_job(root, out, ports, "breakdown", timeout=180)
+    finally:
+        stop_all(root)
+    assert r.returncode == 0, r.stdout[-4000:]
+    b = json.loads((root / "results" / "L4" / "breakdown.json").read_text())
+    assert b["url"] == f"http://127.0.0.1:{max(ports) + 1}" and b["stopped"] == "drained"
+    assert b["timed"][1]["tok_s"] > 0 and Path(b["server_log"]).name.startswith("breakdown-L4-flash-")
+    assert not (root / "rollout-state" / "pids" / "breakdown-L4.json").exists()
+    assert not any(port_open(p) for p in [*ports, max(ports) + 1])

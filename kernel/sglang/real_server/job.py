@@ -167,7 +167,7 @@ class Context:
         p = self.paths
         if not (p.wrapper.exists() and p.inventory.exists() and (p.model(self.layers) / "config.json").exists()):
             return False
-        if self.emulate:
+        if self.emulate is not None:
             return "emulated_server" in p.wrapper.read_text()
         if "emulated_server" in p.wrapper.read_text() or not p.site.is_dir() or not p.unpacked_stamp.exists():
             return False

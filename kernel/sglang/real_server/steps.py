@@ -383,9 +383,12 @@ def step_breakdown(ctx) -> dict:
         if url is None:
             group, launcher, dinv = _dedicated_server(ctx)
             dedicated = (group, launcher)
-            ctx.say(f"no flash group serves the {ctx.layers}-layer model: starting {group.name} on {group.url}")
             t0 = time.monotonic()
-            launcher.start("flash")
+            if launcher.running("flash"):   # left by a call cut off before its stop
+                ctx.say(f"{group.name} still runs on {group.url} from an earlier call: using it")
+            else:
+                ctx.say(f"no flash group serves the {ctx.layers}-layer model: starting {group.name} on {group.url}")
+                launcher.start("flash")
             deadline = dinv.settings["startup_deadline_s"]
             pid_file = paths.state_dir / "pids" / f"{group.name}.json"
             result["server_log"] = json.loads(pid_file.read_text()).get("log")
