@@ -102,6 +102,29 @@ def test_real_canary_passes_and_promote_completes(full_run):
     assert b["status"] == "ok" and b["timed"][0]["ttft_s"] > 0 and b["profile"].startswith("skipped")
 
 
+def test_issue_26_measurements_land_in_the_merged_json_and_the_table(full_run):
+    r, _, _, _, (m,) = full_run
+    e = m["extend_over_prefix"]
+    assert e == m["steps"]["canary"]["extend_over_prefix"] and "error" not in e, e.get("traceback")
+    assert (e["layers"], e["context_tokens"], e["canary"], e["control"]) == (4, 16384, "h200-a", "h200-b")
+    assert set(e["units"]) >= {"prefill_s", "prefill_ms_per_layer", "ttft_ms"}
+    t, f = e["prefill"]["triton"], e["prefill"]["flash"]
+    assert t["measured"] and t["group"] == "h200-b" and t["cached_tokens"] == 0
+    # the canary's prefill, timed from the real rollout CLI's progress lines around the numerics gate's
+    # warm-up: at least the emulator's modelled prefill (16,384 tokens at 8,000 tokens/s, time scale 0.2)
+    assert f["measured"] and f["group"] == "h200-a" and f["prefill_s"] >= 16384 / 8000 * 0.2
+    assert f["prefill_ms_per_layer"] == pytest.approx(1000 * f["prefill_s"] / 4)
+    for arm in ("triton", "flash"):
+        assert set(e["followup"][arm]) == {"1", "16", "256"}
+        assert all(v["cached_tokens"] == [16384] * 3 and len(v["ttft_ms"]) == 3 for v in e["followup"][arm].values())
+    assert e["all_prefix_hit"] and e["greedy"]["equal"] and e["wall_s"] > 0
+    # provenance a measurement file needs (notebooks/data.py), honest about the emulator
+    assert m["gpu"].startswith("none: rollout.emulator") and m["commit"] and m["sms"] == 0
+    tail = r.stdout.split("=== step down: ok")[-1]     # the table, printed last
+    assert "EXTEND over the cached prompt (issue 26), L=4, 16,384 tokens:" in tail
+    assert "follow-up of 256 token(s), TTFT median of 3 (ms): triton" in tail and "equal on both arms" in tail
+
+
 def test_outputs_fit_the_device_tool_and_keep_the_logs(full_run):
     r, root, out, _, _ = full_run
     files = [p for p in out.rglob("*") if p.is_file()]

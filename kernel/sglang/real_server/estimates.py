@@ -8,6 +8,11 @@ prefilled in 25.4 s at 4 layers and 86.1 s at 16; a decode step (accept length 1
 174 -> 600 ms on triton and 37 -> 49 ms on flash from 4 to 16 layers. Between and beyond the
 measured layer counts, linear in layers; prefill linear in tokens. The other constants are
 allowances for requests, stops and file work, not measurements.
+
+Issue 26's follow-ups (extend_over_prefix.py): a follow-up of up to 256 new tokens is one EXTEND
+forward over the cached prompt plus the draft's extend, taken here as one decode step's time of
+its arm (a verify step is an extend of 8 tokens over the same prefix; SGLang's extend kernel's
+grid grows with the new tokens but stays under the SM count up to 256), plus a request allowance.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ SHORT_NUMERICS_S = 16.0       # 8 prompts of 64 tokens: 4 requests each, both ar
 UNPACK_S = 15.0
 KERNEL_BUILD_S = 150.0        # nvcc, five archs, when the bundle's prebuilt library does not match
 PROFILE_EXPORT_S = 25.0       # torch profiler trace export and its classification
+REQUEST_S = 0.05              # one small request's HTTP and scheduling allowance
 
 
 def _linear(points: dict, x: float) -> float:
@@ -59,6 +65,16 @@ def speed_s(layers: int, rounds: int, max_new_tokens: int, live_control: bool = 
     return rounds * (per_round + 0.5) + 2
 
 
+def followups_s(layers: int, followups: int = 9, greedy_tokens: int = 16) -> float:
+    """Issue 26's requests in the canary step, both arms: `followups` one-token answers per arm,
+    then `greedy_tokens` greedy tokens per arm, and two /metrics reads per arm."""
+    s = 0.0
+    for arm in ("triton", "flash"):
+        s += followups * (step_ms(arm, layers) / 1000.0 + REQUEST_S)
+        s += step_ms(arm, layers) / 1000.0 + decode_s(arm, layers, greedy_tokens) + 3 * REQUEST_S
+    return s
+
+
 def step_estimate(step: str, *, layers: int, context: int = MEASURED_CONTEXT, rounds: int = 5,
                   max_new_tokens: int = 32, first_start: bool = False, servers_to_start: int = 2,
                   kernel_prebuilt: bool = True, flash_server_ready: bool = True) -> tuple[float, str]:
@@ -80,9 +96,10 @@ def step_estimate(step: str, *, layers: int, context: int = MEASURED_CONTEXT, ro
     if step == "canary":
         num, spd = numerics_s(layers, context), speed_s(layers, rounds, max_new_tokens)
         direct = decode_s("flash", layers, max_new_tokens) + decode_s("triton", layers, max_new_tokens) + 2
-        s = 5 + STOP_S + start_s(first_start) + GATE_CHECKS_S + num + spd + direct
+        fu = followups_s(layers)
+        s = 5 + STOP_S + start_s(first_start) + GATE_CHECKS_S + num + spd + direct + fu
         return s, (f"restart {STOP_S + start_s(first_start):.0f} s, numerics {num:.0f} s (prefill {pre:.0f} s), speed "
-                   f"{spd:.0f} s, one timed request per arm {direct:.0f} s")
+                   f"{spd:.0f} s, one timed request per arm {direct:.0f} s, issue-26 follow-ups and greedy {fu:.0f} s")
     if step == "promote":
         num, spd = numerics_s(layers, context), speed_s(layers, rounds, max_new_tokens, live_control=False)
         s = GATE_CHECKS_S + STOP_S + START_S + GATE_CHECKS_S + num + spd

@@ -14,7 +14,10 @@ one); the predicted wall time of each is printed before it starts (estimates.py)
   planted    `python -m rollout canary` with a test-only plugin that perturbs the flash
              kernel's output on the canary's server only: the gates must fail it (numerics)
              and roll it back to triton
-  canary     `python -m rollout plan`, then `canary` with the real plugin: must pass
+  canary     `python -m rollout plan`, then `canary` with the real plugin: must pass; then, both
+             arms warm, one timed decode per arm and issue 26's measurements (extend_over_prefix.py:
+             each arm's prefill of the prompt, TTFT of 1-, 16- and 256-token follow-ups over it,
+             greedy tokens of one follow-up on both arms), recorded even when they fail
   promote    `python -m rollout promote`: the other group to flash
   breakdown  where the flash arm's decode step goes at 185k (SGLang's profiler; breakdown.py),
              on a flash group of this layer count or a flash server of its own; the per-layer
@@ -25,7 +28,7 @@ State lives under --root and survives between device calls while the machine sta
 (the servers run in their own sessions); a step whose prerequisites are gone (a fresh
 machine) runs them first. After every step --out gets real-server-<gpu|emulated>-<stamp>.json
 (every step's result for this layer count, breakdowns at every layer count, stand-ins that
-ran) and real-server-logs-<stamp>.tar.xz (server logs, rollout CLI output, state, audit log),
+ran, "extend_over_prefix", the provenance keys gpu/sms/driver/cuda/torch/commit/date) and real-server-logs-<stamp>.tar.xz (server logs, rollout CLI output, state, audit log),
 and --out/rollout/ the rollout tool's own result files: at most 8 files. A short table is
 printed last. Exit 0 when every step did what it should, 1 when one did not or was not started
 for lack of --budget (later steps are skipped), 2 for bad arguments.
@@ -47,11 +50,25 @@ import traceback
 from pathlib import Path
 
 from . import environment as envmod
+from . import extend_over_prefix
 from .breakdown import slopes
 from .estimates import step_estimate
 from .steps import ORDER, STEPS, StepFailed, observe_groups, rollout_state, run_python
 
 LOG_FILE_LIMIT = 8 * 2 ** 20      # a file bigger than this stays out of the logs archive
+
+
+def git_commit() -> str:
+    """HEAD's short hash, '+dirty' with uncommitted changes to tracked files; 'unknown' without
+    git or a repository (a device machine's copy of the work tree may have no .git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=envmod.ROOT, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=envmod.ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (head + ("+dirty" if dirty else "")) if head else "unknown"
 
 
 def standin_record():
@@ -78,10 +95,12 @@ class Context:
         self.t0 = time.monotonic()
         self.wall0 = time.time()
         self.cli_count = 0
+        self.last_lines: list[tuple[float, str]] = []   # the last rollout command's output, with arrival times
         self.rows: list[dict] = []
         self.running: set[str] = set()
         self.prior_breakdowns: dict[int, dict] = {}
         self.budget = a.budget
+        self.commit = a.commit
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         self.log_path = self.paths.logs / f"job-{self.stamp}.log"
 
@@ -100,6 +119,7 @@ class Context:
         self.say(f"$ python -m rollout {verb} --inventory {self.paths.inventory} {' '.join(args)}".rstrip()
                  + (f"   (with {', '.join(sorted(extra_env))})" if extra_env else ""))
         lines = []
+        self.last_lines = []
         proc = subprocess.Popen(cmd, cwd=envmod.ROOT, env=envmod.cli_env(self.paths, extra_env), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
@@ -116,6 +136,7 @@ class Context:
         try:
             with open(log, "w") as f:
                 for line in proc.stdout:
+                    self.last_lines.append((time.monotonic(), line))
                     lines.append(line)
                     f.write(line)
                     print(f"    | {line.rstrip()}", flush=True)
@@ -315,15 +336,22 @@ class Context:
                                                                       "profiled_timing", "server_args")}
         planted = self.paths.planted_log
         setup = steps.get("setup", {})
+        dev = setup.get("device") or {}
+        # the keys every measurement file carries (notebooks/data.py PROVENANCE_KEYS)
+        prov = ({"gpu": "none: rollout.emulator stands in for SGLang", "sms": 0, "driver": "none", "cuda": "none",
+                 "torch": "none"} if self.emulate is not None else
+                {k: dev.get(k, "unknown") for k in ("gpu", "sms", "driver", "cuda", "torch")})
         return {
             "kind": "real-server-canary", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **prov, "commit": self.commit,
             "stamp": self.stamp, "emulated": self.emulate is not None,
             "label": ("emulated SGLang servers (rollout.emulator)" if self.emulate is not None else
-                      f"real SGLang 0.5.23 server, dummy-weight {self.layers}-layer MLA model, one "
-                      f"{(setup.get('device') or {}).get('gpu', 'GPU')}"),
+                      f"real SGLang {(setup.get('bundle') or {}).get('sglang') or '0.5.23'} server, dummy-weight "
+                      f"{self.layers}-layer MLA model, one {dev.get('gpu', 'GPU')}"),
             "layers": self.layers, "device": setup.get("device"), "bundle": setup.get("bundle"),
             "kernel": setup.get("kernel"), "steps": steps, "breakdowns": breakdowns,
             "slopes": self.breakdown_slopes(),
+            "extend_over_prefix": extend_over_prefix.record(steps),
             "standins": standin_record().read_log(self.paths.standin_log),
             "planted_log": planted.read_text().splitlines() if planted.exists() else [],
             "invocation": {"argv": sys.argv[1:], "rows": [{k: r.get(k) for k in ("step", "status", "wall_s",
@@ -380,6 +408,7 @@ class Context:
                          f"attention {f['phases.verify.attention_ms_per_step']['per_layer_ms']:.3f} ms, verify rest "
                          f"{f['phases.verify.other_ms_per_step']['per_layer_ms']:.3f} ms; at {m['slopes']['predict_at']} "
                          f"layers: step {f['step_ms']['at_predict_ms']:.1f} ms")
+        lines += extend_over_prefix.table_lines(m["extend_over_prefix"])
         if any(r.get("auto") for r in self.rows):
             lines.append("* a prerequisite the job ran itself")
         if self.out:
@@ -407,6 +436,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--budget", type=float, default=0.0, metavar="S",
                     help="start no step whose predicted time exceeds what is left of S seconds since the start "
                          "(a device call's limit, less a margin), so no rollout command is cut off midway")
+    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT") or git_commit(),
+                    help="recorded with the results (default: $MLA_VERIFY_COMMIT, else git HEAD, '+dirty' with "
+                         "local changes, else 'unknown')")
     ap.add_argument("--keep-going", action="store_true", help="run the remaining steps after a failed one")
     return ap
 

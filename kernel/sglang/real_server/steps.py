@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from rollout.inventory import Group, load
@@ -21,6 +22,7 @@ from rollout.launchers import make_launcher
 from rollout.observe import healthy, observe_arm
 
 from . import environment as envmod
+from . import extend_over_prefix as eop
 from . import measure
 from .breakdown import TraceError, classify, load_trace, trace_summary
 
@@ -304,6 +306,7 @@ def step_canary(ctx) -> dict:
     ctx.ensure_triton_groups()
     _, plan = ctx.rollout("plan")
     rc, text = ctx.rollout("canary")
+    canary_lines = list(ctx.last_lines)     # (arrival time, line): times the gates' warm-up of the canary
     state = rollout_state(ctx)
     canary = state["order"][0] if state else None
     res = group_result(state, canary)
@@ -322,6 +325,7 @@ def step_canary(ctx) -> dict:
     for name, g in result["groups_after"].items():
         result["timed"][g["arm"] or name] = {"group": name, **measure.timed_decode(
             g["url"], ids, inv.gates["max_new_tokens"], inv.gates["request_timeout_s"])}
+    result["extend_over_prefix"] = extend_measurements(ctx, inv, result["groups_after"], canary, canary_lines)
     sp = result["speed"] or {}
     c, k = sp.get("candidate") or {}, sp.get("control") or {}
     ttft = {arm: t["ttft_s"] * 1000 for arm, t in result["timed"].items()}
@@ -331,6 +335,40 @@ def step_canary(ctx) -> dict:
                                     f"step {c.get('median_step_ms') or 0:.1f} vs {k.get('median_step_ms') or 0:.1f} ms; "
                                     f"TTFT (cached) " + ", ".join(f"{a} {v:.0f} ms" for a, v in sorted(ttft.items()))),
             **result}
+
+
+def extend_measurements(ctx, inv, groups: dict, canary: str, rollout_lines: list) -> dict:
+    """Issue 26's measurements once the canary passed (extend_over_prefix.py): each arm's prefill of
+    the gates' prompt and follow-up TTFTs over it. Never fails the step: an error is recorded."""
+    rec = {"what": eop.WHAT, "layers": ctx.layers, "context_tokens": inv.gates["context_tokens"],
+           "units": eop.UNITS, "canary": canary, "emulated": ctx.emulate is not None}
+    try:
+        control = next((n for n, g in groups.items() if n != canary and g["arm"] == "triton"), None)
+        rec["control"] = control
+        up_file = ctx.paths.step_results(ctx.layers) / "up.json"
+        up = json.loads(up_file.read_text()) if up_file.exists() else {}
+        up_warm = ((up.get("groups") or {}).get(control) or {}).get("warm") if control else None
+        flash_warm = eop.warm_from_progress(rollout_lines, groups[canary]["url"])
+        rec["prefill"] = {
+            "triton": eop.prefill_entry(control, up_warm, ctx.layers,
+                                        "step up: the job's warm-up request on the canary's control group"),
+            "flash": eop.prefill_entry(canary, flash_warm, ctx.layers,
+                                       "step canary: the rollout numerics gate's warm-up of the restarted canary, "
+                                       "timed by the rollout CLI's progress lines around it")}
+        t, f = rec["prefill"]["triton"], rec["prefill"]["flash"]
+        rec["prefill_ratio_triton_over_flash"] = (t["prefill_s"] / f["prefill_s"] if t["measured"] and f["measured"]
+                                                  and f["prefill_s"] > 0 else None)
+        urls = {g["arm"]: g["url"] for n, g in groups.items() if g["healthy"] and n in (canary, control)}
+        ctx.say(f"issue 26: follow-ups of {', '.join(map(str, eop.FOLLOWUP_TOKENS))} tokens x{eop.REPEATS} and "
+                f"{eop.GREEDY_TOKENS} greedy tokens after the cached {len(measure.gate_prompt(inv.gates)):,}-token "
+                f"prompt on {', '.join(f'{a} ({u})' for a, u in urls.items())}")
+        rec.update(eop.measure_followups(urls, measure.gate_prompt(inv.gates), seed=inv.gates["seed"],
+                                         timeout=inv.gates["request_timeout_s"], say=lambda m: ctx.say(f"  {m}")))
+    except Exception as e:  # noqa: BLE001 -- recorded; the canary's verdict is the rollout tool's
+        rec["error"] = f"{type(e).__name__}: {e}"
+        rec["traceback"] = traceback.format_exc()[-3000:]
+        ctx.say(f"issue 26 measurements failed: {rec['error']}")
+    return rec
 
 
 def step_promote(ctx) -> dict:
