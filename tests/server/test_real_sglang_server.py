@@ -32,8 +32,8 @@ RSS over 4 processes (main, scheduler, detokenizer, resource tracker); the flash
 after ~12 s with the kernel library cached (a cold cache builds it first: once per CI run, and
 tests/test_kernel_build.py then finds it). Through this module: `up` 37-79 s over 6 starts (the server's
 /health answers 200 after its own warm-up request), `canary --group g0` 23-27 s; one whole run:
-`rollback` 3 s, `canary --group g1` 115 s (drain ~10 s, the refused flash start, a second start on
-triton, its gates), stop 3 s, 217 s in all.
+`rollback` 2-3 s, `canary --group g1` 115-147 s (the drain of a 40-token request, the refused flash
+start, a second start on triton, its gates), stop 1-3 s; 217 s in all (two runs).
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
@@ -294,12 +295,13 @@ def test_canary_on_the_real_server_drains_is_refused_flash_and_rolls_back(fleet)
     def in_flight():
         # streamed, so the test knows it is decoding before the canary starts the drain
         body = {"input_ids": list(range(2000, 2012)),
-                "sampling_params": {"max_new_tokens": 24, "temperature": 0.0, "ignore_eos": True}}
+                "sampling_params": {"max_new_tokens": 40, "temperature": 0.0, "ignore_eos": True}}
         try:
             for _, chunk in stream_generate(fleet.url, body, timeout=600):
                 decoding.set()
                 box["last"] = chunk["meta_info"]
             box["done"] = True          # stream_generate raises on a stream without [DONE]
+            box["ended"] = datetime.now(timezone.utc)
         except Exception as e:          # noqa: BLE001 -- the assertion below names it
             box["error"] = repr(e)
         decoding.set()
@@ -311,10 +313,13 @@ def test_canary_on_the_real_server_drains_is_refused_flash_and_rolls_back(fleet)
     t.join(600)
     assert r.returncode == 3 and "ROLLED BACK" in r.stderr, r.stderr[-3000:]
     # SIGTERM to SGLang's main process drained the request, then ended the scheduler and detokenizer
-    assert box.get("done") and box["last"]["completion_tokens"] == 24, box
+    audit = [json.loads(x) for x in (fleet.state_dir / "audit.jsonl").read_text().splitlines()]
+    sigterm = next(a for a in audit if a["event"] == "group" and a.get("group") == "g1" and a.get("step") == "stopping")
+    assert box.get("done") and box["last"]["completion_tokens"] == 40, box
+    assert box["ended"] > datetime.strptime(sigterm["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc), \
+        (box, sigterm)   # it was still decoding when the drain began
     assert not _alive(old["pid"]) and not [p for p in old_kids if _alive(p)], old_kids
-    stop = [json.loads(x) for x in (fleet.state_dir / "audit.jsonl").read_text().splitlines()
-            if '"event": "stop"' in x and '"g1"' in x]
+    stop = [a for a in audit if a["event"] == "stop" and a.get("group") == "g1"]
     assert stop[0]["how"] == "drained", stop
     # strict mode refused flash with its one line, the process's last
     flash_log = fleet.log_tail("flash", 20000).strip().splitlines()
