@@ -2,8 +2,9 @@
 with `flash` also their EXTEND over a cached prefix (extend.py, hooked from install()).
 
 SGLang's `load_plugins()` runs in every process it starts (launcher, each TP/scheduler
-worker, detokenizer) and calls `register()` through the entry point in pyproject.toml
-(group `sglang.srt.plugins`, name `mla_verify`). `register()` adds two AFTER hooks:
+worker, detokenizer) and calls the entry point in pyproject.toml (group `sglang.srt.plugins`,
+name `mla_verify`): entry.py, stdlib only, which imports this module and calls `register()`
+(and stops a `flash` process with one line when that import fails). `register()` adds AFTER hooks:
 - `TritonAttnBackend.__init__` (the least invasive hook, sglang.md 3.4 (a)): the backend
   name stays `triton`, so none of SGLang's name-based gates change, and the kernel is
   reached only through the existing verify fast-path call site in `forward_extend`,
