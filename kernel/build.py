@@ -126,7 +126,7 @@ def _variant(mangled: str) -> str:
         return "rows64"
     if "mla_verify_combine" in mangled and args:   # <BMR, FEW>
         return f"combine_r{args[0]}" + ("_few" if "Lb1E" in mangled else "")
-    if "mma_ldsm_probe_kernel" in mangled and len(args) >= 2:   # <MMAs per ldmatrix, distance>
+    if "mma_ldsm_probe_kernel" in mangled and len(args) >= 2:   # <MMAs per ldmatrix, chains>
         return f"probe_m{args[0]}_d{args[1]}"
     return mangled
 
@@ -227,7 +227,7 @@ def load(archs=ARCHS, defines=()) -> ctypes.CDLL:
     lib.mla_verify_num_sms.argtypes = [i]
     lib.mma_ceiling_launch.argtypes = [vp, vp, i, i, i, vp]
     lib.mma_ceiling_launch.restype = i
-    lib.mma_ldsm_probe_launch.argtypes = [vp, i, i, i, i, i, vp]
+    lib.mma_ldsm_probe_launch.argtypes = [vp, vp, vp, i, i, i, i, i, vp]
     lib.mma_ldsm_probe_launch.restype = i
     if "MLAV_TRACE" in defines:
         lib.mla_verify_trace.argtypes = [vp, i, vp]

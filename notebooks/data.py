@@ -54,6 +54,8 @@ KINDS = {
                "(phase 2)",
     "fixed_cost": "a call's time against S at T = 1 and 8 and its fixed cost, both pools (phase 2)",
     "trace": "per-CTA phase timestamps of one call from the diagnostic build (phase 2)",
+    "mma-ldsm-probe": "mma.sync with ldmatrix at 1-8 MMAs per load, SASS-checked, beside its "
+                      "predictions (kernel/NOTES.md)",
 }
 
 
