@@ -16,7 +16,9 @@
   trees, compare with eager; for the fp8 pool too (per fp8 tier, fixed scales).
 - stream, mma, full: the ladder's microbenchmarks, each tier with stages left out
   (kernel/bench/micro.py); parts: the design D tiers' math with the softmax, QK or PV left
-  out, and the mma.sync ceiling at their occupancy (8 warps per SM).
+  out, and the mma.sync ceiling at their occupancy (8 warps per SM). With mma, full and
+  parts, the sm_120 model (kernel/bench/sm120_estimate.py) is written from them too:
+  sm120-model-from-*.json, a model, not a measurement.
 - probe: mma.sync with an ldmatrix.x4 every 1-8 MMAs and 1-8 accumulator chains
   (kernel/csrc/mma_ldsm_probe.cu) at 4, 8 and 16 warps per SM, each beside its prediction,
   after the built library's machine code passed kernel/bench/probe_sass.py (sm_90 and
@@ -177,6 +179,11 @@ def main(argv=None) -> int:
             m["ceilings"]["mma_TFLOPs_8_warps_per_sm"] = mma_ceiling(build.load(), info["sms"], ((1, 256),))
             log(f"mma.sync ceiling at 8 warps per SM: {m['ceilings']['mma_TFLOPs_8_warps_per_sm']:.0f} TFLOP/s")
         (out / f"micro-{tag}-{stamp}.json").write_text(json.dumps(m, indent=1))
+        if {"mma", "full", "parts"} <= stages:   # the sm_120 model reads these rows (a model, not a measurement)
+            from .bench import sm120_estimate
+            doc = sm120_estimate.document(dict(m, kind="microbench"), None, f"micro-{tag}-{stamp}.json", None)
+            (out / f"sm120-model-from-{tag}-{stamp}.json").write_text(json.dumps(doc, indent=1))
+            summary += sm120_estimate.summary(doc)
         for r in m["rows"]:
             extra = (f"{r['GBps']:7.0f} GB/s {r['frac_read_ceiling']:5.0%} {r['option']}" if r["stage"] == "stream"
                      else f"{r['clk_per_tile']:7.0f} clk/tile {r['part']}" if r["stage"] == "parts"

@@ -30,9 +30,11 @@ TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64}
 FP8_TIERS = (1, 2, 4, 6, 8)
 # The tier for requests of more than 32 rows, and when the rows per request are not known
 # statically: rows64d (8), measured faster there than rows64 (0) and the 32-row tiers on the
-# H200 (kernel/NOTES.md). MLA_VERIFY_LARGE_TIER overrides it (read once at import), on both
-# pools: 4 selects the small tier's 32-row tiles, which the sm_120 model estimates faster there
-# (unmeasured: a canary can decide).
+# H200 (kernel/NOTES.md), and the lowest of every tier in the sm_120 model at 185k tokens too
+# (kernel/bench/sm120_estimate.py, reports/data/sm120-model-*.json: a model, not a measurement;
+# the first model ranked rows32d first from the H200's stream efficiencies, which say nothing
+# about sm_120). So sm_120 picks as the H200 does, on both pools. MLA_VERIFY_LARGE_TIER overrides
+# it (read once at import), on both pools: 6 or 4 select the 32-row tiles, for a canary to compare.
 def _large_tier(value: str) -> int:
     if value.strip() not in {str(t) for t in TIERS}:
         raise VerifyInputError(f"MLA_VERIFY_LARGE_TIER={value!r} is not one of {sorted(TIERS)}")

@@ -19,11 +19,10 @@ import torch
 
 from ..inputs import make_case
 from ..ops import TIERS, get_workspace, launch
-from .sm120_estimate import SM120, estimate
+from .sm120_estimate import tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES, traffic
 from .timing import log, time_calls
 
-BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
 MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
 MODE_NO_SOFTMAX, MODE_NO_QK, MODE_NO_PV = 16, 32, 64     # the design D tiers' diagnostic copy only
 MODE_NO_PDL = 128                                         # the merge as an ordinary launch
@@ -63,19 +62,6 @@ def sm_clock_mhz() -> dict:
         return {"sm_now": float(out[0]), "sm_max": float(out[1])}
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
         return {"sm_now": None, "sm_max": None}
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int) -> int:
-    """16-token tiles of the busiest CTA, by the device's own schedule (verify_common.cuh)."""
-    nrt = [_cdiv(T * H, rows) for _ in prefix_lens]
-    U, total = sum(nrt), sum(n * (s + T) for n, s in zip(nrt, prefix_lens))
-    chunk = _cdiv(total, target - U) if U < target else 1 << 40
-    chunk = _cdiv(max(MIN_CHUNK, chunk), BN) * BN
-    return max(_cdiv(_cdiv(s + T, _cdiv(s + T, chunk)), BN) for s in prefix_lens)
 
 
 def parts(mhz: float) -> list[dict]:
@@ -140,6 +126,6 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
                     f"merge not as a dependent launch {nopdl:8.1f} us")
         del case, o, lse
         torch.cuda.empty_cache()
-    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "rows": rows,
-            "sm120_estimate": {"model": "estimate, not a measurement: kernel/bench/sm120_estimate.py",
-                               "assumptions": SM120, "rows": estimate(rows, tiles_per_cta)}}
+    # the sm_120 model reads these rows (and the parts' 8-warp ceiling gpu_run adds) into a file
+    # of its own: kernel/bench/sm120_estimate.py
+    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "rows": rows}
