@@ -125,3 +125,12 @@ def test_the_summary_says_when_figures_are_not_citable():
     lines = probe.table(res)
     assert "NOT citable" in lines[0] and "P8D8  300 ( 620)!" in lines[1]
     assert "0 of 1 predictions within 10%" in lines[-1]
+
+
+def test_notes_quote_the_predictions_of_this_machine_code(sass_rows):
+    """kernel/NOTES.md's prediction table is probe.prediction_table at the 20:00 run's 8-warp
+    ceiling (628.6 TFLOP/s) on the sm_90 machine code checked above."""
+    notes = (Path(build.__file__).resolve().parent / "NOTES.md").read_text()
+    assert "628.6" in notes
+    for line in probe.prediction_table(sass_rows, 628.6):
+        assert line in notes, line

@@ -2,6 +2,7 @@
 H200's centre-point figures, each of the review's five corrections asserted by a test that the
 old formula fails, and the committed model file recomputed from the committed H200 files."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,17 @@ def test_micro_measures_the_default_tier_at_every_shape_on_both_pools():
         for S, T, H, tiers in shapes:
             assert pick_tier(H, T, 1, kv_fp8=fp8) in tiers, (S, T, H, fp8)
             assert not fp8 or set(tiers) <= set(FP8_TIERS), (S, T, H)
+
+
+def test_notes_quote_the_committed_model():
+    """kernel/NOTES.md's sm_120 table and its centre sentence are the model file's numbers."""
+    doc = json.loads((DATA / "sm120-model-from-h200-20261201T2000.json").read_text())
+    notes = re.sub(r"\s+", " ", (DATA.parent.parent / "kernel" / "NOTES.md").read_text())
+    for line in m.notes_lines(doc):
+        assert line in notes, line
+    c = next(r for r in doc["rows"] if (r["kv_dtype"], r["S"], r["T"], r["tier"], r["clock"])
+             == ("bfloat16", 185000, 8, 8, "boost"))
+    assert (f"it takes {c['sm120_estimate_us']:.1f} us, {c['sm120_estimate_us'] / c['sm120_floor_us']:.1f}x its "
+            f"{c['sm120_floor_us']:.1f} us floor, fully overlapped {c['sm120_overlapped_us']:.1f} "
+            f"({c['sm120_overlapped_us'] / c['sm120_floor_us']:.2f}x)") in notes
+    assert f"rows64d {c['sm120_clk_per_tile']:,.0f} clocks per 64-row tile" in notes

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from .ceilings import mma_ceiling
-from .probe_sass import ARCHS, VARIANTS
+from .probe_sass import ARCHS, BODY, VARIANTS
 from .timing import log, time_calls
 
 HMMA_LATENCY_CLK = 31.0   # assumed: the first probe's no-load row (2 warps per scheduler, each MMA 2
@@ -105,6 +105,28 @@ def run(lib, sms: int, mhz: float, sass: list[dict]) -> dict:
                       "smem_wavefronts_per_clk": SMEM_WAVEFRONTS_PER_CLK, "tolerance": VERDICT_TOLERANCE},
             "ceilings": ceilings, "sass_check": sass, "sass_ok": all(r["ok"] for r in sass),
             "sass_archs": list(ARCHS), "rows": rows}
+
+
+def prediction_table(sass: list[dict], tflops_ceiling: float, sms: int = 132, mhz: float = 1980.0,
+                     arch: str = "sm_90") -> list[str]:
+    """kernel/NOTES.md's table of predictions (TFLOP/s, the binding bound where it is not the
+    pipe) at a given 8-warp ceiling, for every occupancy, from the SASS check's rows of `arch`."""
+    pipe = 4096 * sms * mhz * 1e6 / (tflops_ceiling * 1e12)
+    checked = {(r["per"], r["dep"]): r for r in sass if r["arch"] == arch}
+    pers = sorted({p for p, _ in VARIANTS}, key=lambda p: (p != 0, -p))
+    out = ["| warps per SM | " + " | ".join(
+        f"P{p} D" + " / D".join(str(d) for q, d in VARIANTS if q == p) for p in pers) + " |",
+        "| --- " * (len(pers) + 1) + "|"]
+    for ctas, threads in CONFIGS:
+        warps = ctas * threads // 32
+        cells = []
+        for p in pers:
+            preds = [predict(p, d, warps, pipe, checked[(p, d)]["min_load_to_use"],
+                             checked[(p, d)]["instructions"] / BODY) for q, d in VARIANTS if q == p]
+            cells.append(" / ".join(f"{4096 * sms * mhz * 1e6 / x['clk_per_mma_per_sm'] / 1e12:.0f}"
+                                    + ("" if x["bound"] == "pipe" else f" ({x['bound']})") for x in preds))
+        out.append(f"| {warps} | " + " | ".join(cells) + " |")
+    return out
 
 
 def table(res: dict) -> list[str]:

@@ -242,6 +242,28 @@ def summary(doc: dict) -> list[str]:
     return out
 
 
+TIER_NAMES = {0: "rows64", 1: "small 8-row", 2: "small 16-row", 4: "small 32-row", 6: "rows32d", 8: "rows64d"}
+
+
+def notes_lines(doc: dict, S: int = 185000) -> list[str]:
+    """kernel/NOTES.md's table of the model at S tokens (a test holds NOTES to these lines): per
+    pool and T, the lowest tier's memory and math parts, its estimate (serial) at the boost and
+    Max-Q clocks, its overlapped bound at boost, and which part is larger."""
+    low = lowest(doc["rows"])
+    at = {(r["kv_dtype"], r["T"], r["tier"], r["clock"]): r for r in doc["rows"] if r["S"] == S}
+    out = ["| pool | T | lowest tier (= the default) | memory, us | math, us (boost / Max-Q) | estimate, us "
+           "(boost / Max-Q) | overlapped, us (boost) | larger part (boost) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for (kv, s, T, H), tier in sorted(low.items(), key=lambda x: (x[0][0], x[0][2])):
+        if s != S:
+            continue
+        b, q = at[(kv, T, tier, "boost")], at[(kv, T, tier, "max_q")]
+        out.append(f"| {kv} | {T} | {TIER_NAMES[tier]} | {b['sm120_memory_us']:.1f} | {b['sm120_math_us']:.1f} / "
+                   f"{q['sm120_math_us']:.1f} | {b['sm120_estimate_us']:.1f} / {q['sm120_estimate_us']:.1f} | "
+                   f"{b['sm120_overlapped_us']:.1f} | {b['bound']} |")
+    return out
+
+
 def _newest(data: Path, prefix: str) -> Path | None:
     files = sorted(data.glob(f"{prefix}-*.json"))
     docs = [(json.loads(p.read_text()).get("date", ""), p) for p in files]
