@@ -78,9 +78,13 @@ def run(lib, sms: int, mhz: float, sass: list[dict]) -> dict:
             c = checked.get((per, dep), {})
             ipm = c.get("instructions", 3 * body) / body
             # the stream is read inside the call: under graph capture it is the capture stream
-            t = time_calls([lambda: lib.mma_ldsm_probe_launch(ops.data_ptr(), tab.data_ptr(), out.data_ptr(), iters,
-                                                              per, dep, blocks, threads,
-                                                              torch.cuda.current_stream().cuda_stream)])
+            def launch():
+                return lib.mma_ldsm_probe_launch(ops.data_ptr(), tab.data_ptr(), out.data_ptr(), iters, per, dep,
+                                                 blocks, threads, torch.cuda.current_stream().cuda_stream)
+            err = launch()
+            if err:   # a variant the library does not dispatch, or a launch error: no figure
+                raise RuntimeError(f"mma_ldsm_probe_launch(per={per}, dep={dep}) failed: cudaError {err}")
+            t = time_calls([launch])
             mmas = blocks * threads / 32 * iters * body
             clk = t * 1e-3 * mhz * 1e6 / (mmas / sms)
             pred = predict(per, dep, warps, pipe, c.get("min_load_to_use"), ipm)
