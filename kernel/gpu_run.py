@@ -40,6 +40,12 @@
   kernel.sglang.device_bundle).
 - dcp-sim: decode context parallelism simulated on one GPU, N = 2, 4, 8 ranks at S = 185k
   (kernel/sglang/dcp_sim.py). Not in the default stages: needs the sglang bundle too.
+- extend, extend-bench: EXTEND over a cached prefix (issue 26): causal new tokens, T = 1 to
+  16,384 over prefixes up to 180k, both pools, against float64 and fp32 references and SGLang
+  (kernel/bench/extend_validate.py); timed at T = 1..8,192 over 185k and over the chunks of a
+  185k-token prefill (kernel/bench/extend_bench.py); sglang-extend: the same through SGLang's real
+  backend with the plugin, both arms, eager, bf16 and fp8 pools (kernel/sglang/extend_check.py,
+  needs the sglang bundle). Not in the default stages.
 Timings: median over repeats of CUDA-event-timed CUDA-graph replays (slow calls: timed one
 by one), after warm-up, rotating input copies so L2 does not serve repeats.
 """
@@ -66,7 +72,7 @@ from .ops import TIERS, verify_attention
 
 
 STAGES = ("validate", "graph", "stream", "mma", "full", "parts", "probe", "fixed", "trace", "bench", "integration",
-          "sglang-backend", "dcp-sim", "once")
+          "sglang-backend", "dcp-sim", "extend", "extend-bench", "sglang-extend", "once")
 
 
 def main(argv=None) -> int:
@@ -76,7 +82,8 @@ def main(argv=None) -> int:
                     help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
     ap.add_argument("--stages", default="validate,graph,stream,mma,full,parts,fixed,bench,integration",
                     help="comma-separated: validate, graph, stream, mma, full, parts, probe, fixed, trace "
-                         "(microbenchmarks), bench, integration, sglang-backend, dcp-sim, once")
+                         "(microbenchmarks), bench, integration, sglang-backend, dcp-sim, extend, extend-bench, "
+                         "sglang-extend, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
     ap.add_argument("--fp8-cases", type=int, default=500,
                     help="random validation cases on the fp8_e4m3 pool (plus its extremes; 0: no fp8 validation)")
@@ -162,6 +169,16 @@ def main(argv=None) -> int:
         res_d = dict(info, **run_dcp_sim(log=log))
         (out / f"dcp-sim-{tag}-{stamp}.json").write_text(json.dumps(res_d, indent=1))
         summary += summary_lines(res_d)
+    if "extend" in stages:
+        from .bench.extend_validate import summary_lines as extend_lines, validate_extend
+        res_e = dict(info, **validate_extend(a.tol, sgl))
+        (out / f"extend-validation-{tag}-{stamp}.json").write_text(json.dumps(res_e, indent=1))
+        summary += extend_lines(res_e)
+    if "sglang-extend" in stages:
+        from .sglang.extend_check import run as run_extend_check, summary_lines as extend_check_lines
+        res_x = dict(info, **run_extend_check(log=log))
+        (out / f"sglang-extend-{tag}-{stamp}.json").write_text(json.dumps(res_x, indent=1))
+        summary += extend_check_lines(res_x)
     if "once" in stages:   # a single centre-point call, for a profiler to attach to
         c = make_case([185000], [8], 8, tree="ddtree", layout="scattered", seed=77, device="cuda")
         for _ in range(3):
@@ -169,7 +186,7 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         log("once: done")
     micro_stages = stages & {"stream", "mma", "full", "parts"}
-    if "bench" in stages or micro_stages:
+    if "bench" in stages or "extend-bench" in stages or micro_stages:
         log("ceilings ...")
         gbps = read_ceiling()
         tfl = mma_ceiling(build.load(), info["sms"])
@@ -236,6 +253,15 @@ def main(argv=None) -> int:
                 summary.append(f"{r['sweep']:10s} S={r['S']:>7} T={r['T']:>4} H={r['H']:>3} {r['layout']:10s} t{r['tier']} "
                                f"p{r['page_size']:<2} b{r['batch']} {r['impl']:17s} {r['time_us']:11.1f} us "
                                f"{r['GBps']:7.0f} GB/s {r['TFLOPs']:6.1f} TF/s {r['frac_roofline']:6.1%}")
+    if "extend-bench" in stages:
+        from .bench.extend_bench import KIND as EXTEND_BENCH, bench_extend, summary_lines as extend_bench_lines
+        eb = dict(info, kind=EXTEND_BENCH, ceilings={"read_GBps": gbps, "mma_TFLOPs": tfl}, rows=[])
+
+        def save_extend(doc):
+            eb.update(doc)
+            (out / f"extend-bench-{tag}-{stamp}.json").write_text(json.dumps(eb, indent=1))
+        save_extend(bench_extend(sgl, gbps, tfl, save_extend))
+        summary += extend_bench_lines(eb)
     print("\n".join(["", "=" * 100] + summary))
     return 0
 

@@ -13,6 +13,11 @@ is set.
   mla_verify_graph_captures_total{backend}   TARGET_VERIFY CUDA-graph captures
   mla_verify_kernel_calls_total              eager TARGET_VERIFY calls our kernel served
   mla_verify_fallbacks_total{reason}         calls handed back to SGLang, by reason kind
+  mla_verify_extend_kernel_calls_total{mode}          EXTEND layer calls our kernel served (extend.py)
+  mla_verify_extend_fallbacks_total{mode,reason}      EXTEND layer calls handed back to SGLang's kernel
+
+The two EXTEND series are labelled by SGLang's forward mode ("extend", "mixed"; "split_prefill"
+only as a fallback) and are this module's own names: nothing in rollout/ reads them yet.
 
 The info gauge is 'liveall': one sample per live process (a `pid` label), so a rank that
 died does not count. A process that exits marks itself dead; files a killed process left
@@ -103,3 +108,34 @@ def count_kernel_call() -> None:
 
 def count_fallback(reason: str) -> None:
     series()["fallbacks"].labels(reason=reason).inc()
+
+
+# EXTEND over a cached prefix (extend.py), per forward mode
+EXTEND_CALLS = "mla_verify_extend_kernel_calls_total"
+EXTEND_FALLBACKS = "mla_verify_extend_fallbacks_total"
+_extend_series = None
+
+
+def extend_series():
+    """The two EXTEND counters of this process (created on first use, after `series()`, which
+    sets up the multiprocess bookkeeping once)."""
+    global _extend_series
+    if _extend_series is None:
+        series()
+        from prometheus_client import Counter
+
+        _extend_series = dict(
+            calls=Counter(EXTEND_CALLS, "mla-verify: EXTEND layer calls that ran the kernel, by forward mode",
+                          ["mode"], registry=None),
+            fallbacks=Counter(EXTEND_FALLBACKS, "mla-verify: EXTEND layer calls handed back to SGLang's kernel",
+                              ["mode", "reason"], registry=None),
+        )
+    return _extend_series
+
+
+def count_extend_call(mode: str) -> None:
+    extend_series()["calls"].labels(mode=mode).inc()
+
+
+def count_extend_fallback(mode: str, reason: str) -> None:
+    extend_series()["fallbacks"].labels(mode=mode, reason=reason).inc()
