@@ -15,9 +15,15 @@
 - graph: capture the call in a CUDA graph per tier, replay with new lengths, slots and
   trees, compare with eager; for the fp8 pool too (per fp8 tier, fixed scales).
 - stream, mma, full: the ladder's microbenchmarks, each tier with stages left out
-  (kernel/bench/micro.py); parts: the design D tiers' math with the softmax, QK or PV left
-  out, and the mma.sync ceiling at their occupancy (8 warps per SM); probe: mma.sync with
-  an ldmatrix.x4 every 1-8 MMAs (kernel/csrc/mma_ldsm_probe.cu), at 8 and 16 warps per SM.
+  (kernel/bench/micro.py); parts: the design D tiers' math (rows64d, rows64d_pair, rows32d)
+  with the softmax, QK or PV left out, and the mma.sync ceiling at their occupancy (8 warps per
+  SM). With mma, full and
+  parts, the sm_120 model (kernel/bench/sm120_estimate.py) is written from them too:
+  sm120-model-from-*.json, a model, not a measurement.
+- probe: mma.sync with an ldmatrix.x4 every 1-8 MMAs and 1-8 accumulator chains
+  (kernel/csrc/mma_ldsm_probe.cu) at 4, 8 and 16 warps per SM, each beside its prediction,
+  after the built library's machine code passed kernel/bench/probe_sass.py (sm_90 and
+  sm_120); JSON probe-*.json. Not default.
 - fixed: the call's fixed cost, T = 1 and 8 on both pools, S = 128..262k, with and without the
   merge, and CUPTI's verify and merge kernel times at 185k (kernel/bench/fixed_cost.py).
 - trace: a diagnostic build (-DMLAV_TRACE, compiled here with nvcc) timestamps every CTA's
@@ -54,7 +60,7 @@ from pathlib import Path
 import torch
 
 from . import build
-from .bench.ceilings import mma_ceiling, mma_ldsm_probe, read_ceiling
+from .bench.ceilings import mma_ceiling, read_ceiling
 from .bench.env import env_info, git_commit
 from .bench import micro
 from .bench.sweeps import bench
@@ -179,7 +185,7 @@ def main(argv=None) -> int:
             verify_attention(*c.args(), max_draft_len=8)
         torch.cuda.synchronize()
         log("once: done")
-    micro_stages = stages & {"stream", "mma", "full", "parts", "probe"}
+    micro_stages = stages & {"stream", "mma", "full", "parts"}
     if "bench" in stages or "extend-bench" in stages or micro_stages:
         log("ceilings ...")
         gbps = read_ceiling()
@@ -190,19 +196,28 @@ def main(argv=None) -> int:
         if "parts" in stages:   # the tensor pipe with rows64d's occupancy: one CTA of 8 warps per SM
             m["ceilings"]["mma_TFLOPs_8_warps_per_sm"] = mma_ceiling(build.load(), info["sms"], ((1, 256),))
             log(f"mma.sync ceiling at 8 warps per SM: {m['ceilings']['mma_TFLOPs_8_warps_per_sm']:.0f} TFLOP/s")
-        if "probe" in stages:   # does ldmatrix traffic overlap mma.sync? (csrc/mma_ldsm_probe.cu)
-            m["mma_ldsm_probe"] = mma_ldsm_probe(build.load(), info["sms"], m["clock_assumed_mhz"])
-            for r in m["mma_ldsm_probe"]:
-                summary.append(f"probe {r['ctas_per_sm']}x{r['threads']} thr, ldmatrix.x4 every {r['mmas_per_ldsm']} "
-                               f"MMAs, used {r['first_use_after_mmas']} later: {r['TFLOPs']:6.0f} TFLOP/s, "
-                               f"{r['clk_per_mma_per_sm']:.2f} clk per MMA per SM "
-                               f"(+{r['wavefronts_per_mma']:.2f} smem wavefronts per MMA)")
         (out / f"micro-{tag}-{stamp}.json").write_text(json.dumps(m, indent=1))
+        if {"mma", "full", "parts"} <= stages:   # the sm_120 model reads these rows (a model, not a measurement)
+            from .bench import sm120_estimate
+            doc = sm120_estimate.document(dict(m, kind="microbench"), None, f"micro-{tag}-{stamp}.json", None)
+            (out / f"sm120-model-from-{tag}-{stamp}.json").write_text(json.dumps(doc, indent=1))
+            summary += sm120_estimate.summary(doc)
         for r in m["rows"]:
             extra = (f"{r['GBps']:7.0f} GB/s {r['frac_read_ceiling']:5.0%} {r['option']}" if r["stage"] == "stream"
                      else f"{r['clk_per_tile']:7.0f} clk/tile {r['part']}" if r["stage"] == "parts"
                      else f"{r['clk_per_tile']:7.0f} clk/tile" + (f", merge {r['merge_us']:.1f} us" if r["stage"] == "full" else ""))
             summary.append(f"micro {r['stage']:6s} S={r['S']:>7} T={r['T']:>3} tier {r['tier']} {r['time_us']:9.1f} us  {extra}")
+    if "probe" in stages:   # does ldmatrix traffic overlap mma.sync? (csrc/mma_ldsm_probe.cu)
+        from .bench import probe, probe_sass
+        try:   # the machine code of the library just built, before any figure
+            sass = probe_sass.check(lib_dir)
+        except probe_sass.SassError as e:
+            log(f"probe: SASS check could not run ({e}): figures are not citable")
+            sass = [{"arch": "?", "per": None, "dep": None, "ok": False, "error": str(e)}]
+        mhz = micro.sm_clock_mhz()["sm_max"] or 1980.0
+        res_p = dict(info, **probe.run(build.load(), info["sms"], mhz, sass))
+        (out / f"probe-{tag}-{stamp}.json").write_text(json.dumps(res_p, indent=1))
+        summary += probe.table(res_p)
     if "fixed" in stages:
         from .bench.fixed_cost import run as run_fixed
         res_f = dict(info, **run_fixed())
