@@ -424,6 +424,7 @@ if section("real-extend", "follow-up turns and the prompt's prefill (EXTEND over
         display(Markdown(f"Greedy tokens of one more {g['suffix_tokens']}-token follow-up, "
                          f"{g['max_new_tokens']} tokens on each arm (temperature 0): "
                          + ("**equal on both arms**." if g.get("equal") else
+                            f"**not compared**: {g['errors']}" if g.get("errors") else
                             f"**they differ from token {g.get('first_divergence')}**.")))
     deltas = {a: (c or {}).get("delta") for a, c in (ext.get("counters") or {}).items()}
     if any(deltas.values()):

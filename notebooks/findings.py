@@ -406,10 +406,11 @@ def extend_followups(doc: dict | None) -> dict:
     g = e.get("greedy")
     if g:
         text += "; greedy tokens " + ("equal on both arms" if g.get("equal") else
-                                      f"DIFFER from token {g.get('first_divergence')}")
+                                      f"not compared ({'; '.join(g['errors'].values())[:160]})" if g.get("errors")
+                                      else f"DIFFER from token {g.get('first_divergence')}")
     if e.get("error"):
         text += f"; error: {e['error'][:160]}"
     if doc.get("emulated"):
         return finding("extend", check, f"EMULATED only ({_file(doc)}): {text}", "open", "real-extend")
     return finding("extend", check, f"{text} ({real_label(doc)})",
-                   "fail" if g and not g.get("equal") else "info", "real-extend")
+                   "fail" if g and not g.get("equal") and not g.get("errors") else "info", "real-extend")
