@@ -160,7 +160,8 @@ def newest_or_none(data_dir: str | Path, kind: str, *, allow_fixture: bool = Fal
 
 # The real-server canary's merged JSON (python -m kernel.sglang.real_server: real-server-*.json).
 REAL_SERVER = "real-server-canary"
-KINDS[REAL_SERVER] = "the canary between two real SGLang servers on one GPU, its planted fault and step breakdown (phase 3)"
+KINDS[REAL_SERVER] = ("the canary between two real SGLang servers on one GPU, its planted fault "
+                      "and step breakdown (phase 3)")
 
 
 def real_server(data_dir: str | Path, *, allow_fixture: bool = False) -> dict | None:

@@ -260,7 +260,8 @@ def table_lines(rec: dict | None) -> list[str]:
         p = pre.get(arm)
         for e in (p if isinstance(p, list) else [p] if p else []):
             bits.append(f"{arm} " + (f"{e['prefill_s']:.2f} s = {e['prefill_ms_per_layer'] / 1000:.3f} s/layer "
-                                     f"({e['group']})" if e["measured"] else f"not measured ({e.get('why', '')[:120]})"))
+                                     f"({e['group']})" if e["measured"] else
+                                     f"not measured ({e.get('why', '')[:120]})"))
     if bits:
         r = rec.get("prefill_ratio_triton_over_flash")
         lines.append("  prefill of the prompt: " + "; ".join(bits) + (f"  triton/flash x{r:.2f}" if r else ""))
@@ -272,8 +273,9 @@ def table_lines(rec: dict | None) -> list[str]:
             parts = [f"{arm} " + (f"{fu[arm][n]['median_ttft_ms']:.1f}" if fu[arm][n]["median_ttft_ms"] is not None
                                   else "FAILED") for arm in ("triton", "flash") if n in fu.get(arm, {})]
             r = ratio.get(n)
-            lines.append(f"  follow-up of {int(n):>3} token(s), TTFT median of {len(next(iter(fu.values()))[n]['ttft_ms'])} "
-                         f"(ms): {', '.join(parts)}" + (f"  triton/flash x{r:.1f}" if r else ""))
+            reps = len(next(iter(fu.values()))[n]["ttft_ms"])
+            lines.append(f"  follow-up of {int(n):>3} token(s), TTFT median of {reps} (ms): {', '.join(parts)}"
+                         + (f"  triton/flash x{r:.1f}" if r else ""))
         if not rec.get("all_prefix_hit"):
             lines.append("  NOT every follow-up hit the cached prompt (cached_tokens != prompt length): see the JSON")
     g = rec.get("greedy")
