@@ -161,6 +161,27 @@ def newest_or_none(data_dir: str | Path, kind: str, *, allow_fixture: bool = Fal
     return newest(data_dir, kind, allow_fixture=allow_fixture)
 
 
+# The real-server canary's merged JSON (python -m kernel.sglang.real_server: real-server-*.json).
+REAL_SERVER = "real-server-canary"
+KINDS[REAL_SERVER] = ("the canary between two real SGLang servers on one GPU, its planted fault "
+                      "and step breakdown (phase 3)")
+
+
+def real_server(data_dir: str | Path, *, allow_fixture: bool = False) -> dict | None:
+    """The real-server run phase 3 shows: the newest one on a real server, else the newest
+    emulated one (its "emulated": true, which the page must say), None when there is neither.
+    An emulated run never hides a real one, whatever their dates."""
+    docs = load_all(data_dir, REAL_SERVER) if Path(data_dir).is_dir() else []
+    if not docs:
+        return None
+    for d in docs:   # a job older than its top-level provenance keys recorded the device only
+        for k in ("gpu", "sms", "driver", "cuda", "torch"):
+            d.setdefault(k, (d.get("device") or {}).get(k, "not recorded"))
+        d.setdefault("commit", "not recorded")
+    real = [d for d in docs if not d.get("emulated")]
+    return _showable(max(real or docs, key=lambda d: d["_date"]), allow_fixture)
+
+
 # The KV pool a measurement read (bench rows' and backend cases' "kv_dtype"): SGLang's bf16
 # pool, or its fp8_e4m3 pool (kernel/FP8.md). Files written before fp8 carry no kv_dtype: bf16.
 BF16_KV, FP8_KV = "bfloat16", "fp8_e4m3"

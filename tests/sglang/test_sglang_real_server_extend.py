@@ -103,6 +103,19 @@ def test_followups_hit_the_cached_prompt_and_not_each_other(arms):
     assert "mla_verify_kernel_calls_total" not in r["counters"]["triton"]["delta"]
 
 
+def test_a_failing_arm_is_recorded_and_the_other_still_measured(arms):
+    prompt = make_input_ids(512, seed=5)
+    post_json(arms["flash"], "/generate", {"input_ids": prompt, "sampling_params": {"max_new_tokens": 1}})
+    r = eop.measure_followups({"flash": arms["flash"], "triton": "http://127.0.0.1:1"}, prompt, seed=5, timeout=5,
+                              sizes=(1,), repeats=2)
+    assert r["followup"]["flash"]["1"]["median_ttft_ms"] > 0 and r["followup"]["flash"]["1"]["prefix_hit"]
+    t = r["followup"]["triton"]["1"]
+    assert t["median_ttft_ms"] is None and len(t["errors"]) == 2 and not r["all_prefix_hit"]
+    assert r["ratio_triton_over_flash"] == {"1": None} and "triton" in r["greedy"]["errors"]
+    text = "\n".join(eop.table_lines({"layers": 4, **r}))
+    assert "triton FAILED, flash" in text and "greedy 16 tokens after a 16-token follow-up: FAILED" in text
+
+
 def test_a_reused_suffix_would_show_as_a_cache_hit(arms):
     """What prefix_hit guards against: the same suffix twice is partly cached the second time."""
     prompt = make_input_ids(1024, seed=4)

@@ -125,6 +125,20 @@ def test_issue_26_measurements_land_in_the_merged_json_and_the_table(full_run):
     assert "follow-up of 256 token(s), TTFT median of 3 (ms): triton" in tail and "equal on both arms" in tail
 
 
+def test_the_phase3_fixture_keeps_the_jobs_structure(full_run):
+    """tests/notebooks/fixtures/ holds this job's --emulate output for the phase-3 tests: it must
+    have what the job writes today (regenerate it as its README says when this fails)."""
+    (m,) = full_run[4]
+    path = sorted((ROOT / "tests" / "notebooks" / "fixtures").glob("real-server-emulated-*.json"))[-1]
+    fixture = json.loads(path.read_text())
+    assert fixture["emulated"] is True and fixture["fixture"] is True and fixture["kind"] == m["kind"]
+    assert set(fixture) - {"fixture"} == set(m)
+    assert set(fixture["steps"]) == set(m["steps"]) - {"down"}
+    for step in fixture["steps"]:
+        assert set(fixture["steps"][step]) == set(m["steps"][step]), step
+    assert set(fixture["extend_over_prefix"]) == set(m["extend_over_prefix"])
+
+
 def test_outputs_fit_the_device_tool_and_keep_the_logs(full_run):
     r, root, out, _, _ = full_run
     files = [p for p in out.rglob("*") if p.is_file()]

@@ -152,30 +152,42 @@ def measure_followups(urls: dict[str, str], prompt: list[int], *, seed: int, tim
     for i, (n, s) in enumerate(zip(plan, sfx)):
         order = arms if i % 2 == 0 else arms[::-1]
         for arm in order:
-            r = followup(urls[arm], prompt + s, timeout)
+            try:
+                r = followup(urls[arm], prompt + s, timeout)
+            except Exception as e:  # noqa: BLE001 -- one failed request is recorded, the rest still run
+                r = {"ttft_ms": None, "prompt_tokens": None, "cached_tokens": None, "server_e2e_ms": None,
+                     "error": f"{type(e).__name__}: {e}"}
             r.update(new_tokens=n, prefix_hit=r["cached_tokens"] == len(prompt), first_token=s[0])
             r.pop("output_ids", None)
             samples[arm][str(n)].append(r)
         say(f"follow-up of {n} token(s) #{len(samples[arms[0]][str(n)])}: " + ", ".join(
-            f"{arm} {samples[arm][str(n)][-1]['ttft_ms']:.1f} ms (cached {samples[arm][str(n)][-1]['cached_tokens']})"
-            for arm in arms))
-    g = {arm: greedy(urls[arm], prompt + sfx[-1], greedy_tokens, timeout) for arm in arms}
+            f"{arm} " + (f"{r['ttft_ms']:.1f} ms (cached {r['cached_tokens']})" if r["ttft_ms"] is not None
+                         else f"FAILED: {r['error'][:200]}")
+            for arm in arms for r in samples[arm][str(n)][-1:]))
+    g = {}
+    for arm in arms:
+        try:
+            g[arm] = greedy(urls[arm], prompt + sfx[-1], greedy_tokens, timeout)
+        except Exception as e:  # noqa: BLE001
+            g[arm] = {"output_ids": [], "cached_tokens": None, "e2e_ms": None, "error": f"{type(e).__name__}: {e}"}
     after = {arm: plugin_counters(url) for arm, url in urls.items()}
     followups = {}
     for arm in arms:
         followups[arm] = {}
         for n, rows in samples[arm].items():
             ttft = [r["ttft_ms"] for r in rows]
-            followups[arm][n] = {"new_tokens": int(n), "median_ttft_ms": statistics.median(ttft), "ttft_ms": ttft,
-                                 "cached_tokens": [r["cached_tokens"] for r in rows],
+            ok = [t for t in ttft if t is not None]
+            followups[arm][n] = {"new_tokens": int(n), "median_ttft_ms": statistics.median(ok) if ok else None,
+                                 "ttft_ms": ttft, "cached_tokens": [r["cached_tokens"] for r in rows],
                                  "prompt_tokens": [r["prompt_tokens"] for r in rows],
                                  "server_e2e_ms": [r["server_e2e_ms"] for r in rows],
-                                 "prefix_hit": all(r["prefix_hit"] for r in rows)}
+                                 "prefix_hit": all(r["prefix_hit"] for r in rows),
+                                 "errors": [r["error"] for r in rows if "error" in r]}
     ratio = {}
     if {"triton", "flash"} <= set(arms):
         for n in followups["flash"]:
             f, t = followups["flash"][n]["median_ttft_ms"], followups["triton"][n]["median_ttft_ms"]
-            ratio[n] = t / f if f > 0 else None
+            ratio[n] = t / f if f and t else None
     outs = [g[arm]["output_ids"] for arm in arms]
     div = next((j for j, xs in enumerate(zip(*outs)) if len(set(xs)) > 1), None)
     if div is None and len({len(o) for o in outs}) > 1:
@@ -189,7 +201,8 @@ def measure_followups(urls: dict[str, str], prompt: list[int], *, seed: int, tim
                    "cached_tokens": {arm: g[arm]["cached_tokens"] for arm in arms},
                    "e2e_ms": {arm: g[arm]["e2e_ms"] for arm in arms},
                    "equal": div is None and all(len(o) == greedy_tokens for o in outs),
-                   "first_divergence": div},
+                   "first_divergence": div,
+                   "errors": {arm: g[arm]["error"] for arm in arms if "error" in g[arm]}},
         "counters": {arm: {"before": before[arm], "after": after[arm], "delta": counter_delta(before[arm], after[arm])}
                      for arm in arms},
         "wall_s": time.monotonic() - t0,
@@ -247,7 +260,8 @@ def table_lines(rec: dict | None) -> list[str]:
         p = pre.get(arm)
         for e in (p if isinstance(p, list) else [p] if p else []):
             bits.append(f"{arm} " + (f"{e['prefill_s']:.2f} s = {e['prefill_ms_per_layer'] / 1000:.3f} s/layer "
-                                     f"({e['group']})" if e["measured"] else f"not measured ({e.get('why', '')[:120]})"))
+                                     f"({e['group']})" if e["measured"] else
+                                     f"not measured ({e.get('why', '')[:120]})"))
     if bits:
         r = rec.get("prefill_ratio_triton_over_flash")
         lines.append("  prefill of the prompt: " + "; ".join(bits) + (f"  triton/flash x{r:.2f}" if r else ""))
@@ -256,16 +270,19 @@ def table_lines(rec: dict | None) -> list[str]:
         ratio = rec.get("ratio_triton_over_flash") or {}
         sizes = sorted({n for a in fu.values() for n in a}, key=int)
         for n in sizes:
-            parts = [f"{arm} {fu[arm][n]['median_ttft_ms']:.1f}" for arm in ("triton", "flash") if n in fu.get(arm, {})]
+            parts = [f"{arm} " + (f"{fu[arm][n]['median_ttft_ms']:.1f}" if fu[arm][n]["median_ttft_ms"] is not None
+                                  else "FAILED") for arm in ("triton", "flash") if n in fu.get(arm, {})]
             r = ratio.get(n)
-            lines.append(f"  follow-up of {int(n):>3} token(s), TTFT median of {len(next(iter(fu.values()))[n]['ttft_ms'])} "
-                         f"(ms): {', '.join(parts)}" + (f"  triton/flash x{r:.1f}" if r else ""))
+            reps = len(next(iter(fu.values()))[n]["ttft_ms"])
+            lines.append(f"  follow-up of {int(n):>3} token(s), TTFT median of {reps} (ms): {', '.join(parts)}"
+                         + (f"  triton/flash x{r:.1f}" if r else ""))
         if not rec.get("all_prefix_hit"):
             lines.append("  NOT every follow-up hit the cached prompt (cached_tokens != prompt length): see the JSON")
     g = rec.get("greedy")
     if g:
         lines.append(f"  greedy {g['max_new_tokens']} tokens after a {g['suffix_tokens']}-token follow-up: "
-                     + ("equal on both arms" if g["equal"] else f"DIFFER from token {g['first_divergence']}"))
+                     + ("equal on both arms" if g["equal"] else
+                        f"FAILED: {g['errors']}" if g.get("errors") else f"DIFFER from token {g['first_divergence']}"))
     if rec.get("error"):
         lines.append(f"  measurement error: {rec['error'][:300]}")
     if rec.get("wall_s") is not None:

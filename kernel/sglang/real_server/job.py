@@ -28,7 +28,8 @@ State lives under --root and survives between device calls while the machine sta
 (the servers run in their own sessions); a step whose prerequisites are gone (a fresh
 machine) runs them first. After every step --out gets real-server-<gpu|emulated>-<stamp>.json
 (every step's result for this layer count, breakdowns at every layer count, stand-ins that
-ran, "extend_over_prefix", the provenance keys gpu/sms/driver/cuda/torch/commit/date) and real-server-logs-<stamp>.tar.xz (server logs, rollout CLI output, state, audit log),
+ran, "extend_over_prefix", the provenance keys gpu/sms/driver/cuda/torch/commit/date) and
+real-server-logs-<stamp>.tar.xz (server logs, rollout CLI output, state, audit log),
 and --out/rollout/ the rollout tool's own result files: at most 8 files. A short table is
 printed last. Exit 0 when every step did what it should, 1 when one did not or was not started
 for lack of --budget (later steps are skipped), 2 for bad arguments.
