@@ -40,6 +40,9 @@ kernel-build: $(STAMP) ## compile the kernel for sm_80/86/89/90/120 into the cac
 sglang-bundle: $(STAMP) ## build .sglang-site/: SGLang 0.5.23 and what it needs, for a GPU machine without it (PYTHONPATH=.sglang-site)
 	$(VPY) -m kernel.sglang.device_bundle .sglang-site
 
+sglang-server-bundle: $(STAMP) ## build .server-bundle/ (SGLang 0.5.23's server, the wheels it lacks on the GPU image, stand-ins, plugin entry point, prebuilt kernel; compressed) for `python -m kernel.sglang.real_server` there
+	$(VPY) -m kernel.sglang.server_bundle .server-bundle
+
 gpu-run: ## on a CUDA machine: build, validate, benchmark with its own python3; JSON into OUT=dir (default reports/data)
 	PYTHONPATH=$(CURDIR) $(PY) -m kernel.gpu_run --out $${OUT:-reports/data}
 
@@ -61,7 +64,7 @@ reports: $(STAMP) ## measure anew if a CUDA GPU is here, then render every phase
 clean: ## remove build outputs (keeps .venv and reports/)
 	rm -rf build .pytest_cache
 
-.PHONY: help venv test test-sglang kernel-build sglang-bundle gpu-run phase0 phase1 phase2 phase3 reports clean
+.PHONY: help venv test test-sglang kernel-build sglang-bundle sglang-server-bundle gpu-run phase0 phase1 phase2 phase3 reports clean
 
 # ---- rollout tool (rollout/, tests/rollout/) ----
 INVENTORY ?= rollout/inventory.example.toml

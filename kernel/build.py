@@ -111,7 +111,7 @@ _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 
 def _variant(mangled: str) -> str:
-    """A readable name for one instantiation: 'rows64', 'small_nt4', 'rows64d', 'rows32d_diag',
+    """A readable name for one instantiation: 'rows64', 'small_nt4', 'rows64d', 'rows32d_diag', 'rows64d_pair',
     'small_nt1_fp8', 'rows64d_fp8', 'combine_r32', 'combine_r32_few', ..."""
     args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
     if "mla_verify_kernel_small8" in mangled and args:   # the small tier's fp8 copy
@@ -122,11 +122,13 @@ def _variant(mangled: str) -> str:
         return f"rows{32 * args[0]}d_fp8"
     if "mla_verify_kernel_rowsd" in mangled and len(args) >= 2:   # <HALVES, DIAG>
         return f"rows{32 * args[0]}d" + ("_diag" if args[1] else "")
+    if "mla_verify_kernel_rows64d_pair" in mangled and args:   # <DIAG>
+        return "rows64d_pair" + ("_diag" if args[0] else "")
     if "mla_verify_kernel_rows64" in mangled:
         return "rows64"
     if "mla_verify_combine" in mangled and args:   # <BMR, FEW>
         return f"combine_r{args[0]}" + ("_few" if "Lb1E" in mangled else "")
-    if "mma_ldsm_probe_kernel" in mangled and len(args) >= 2:   # <MMAs per ldmatrix, distance>
+    if "mma_ldsm_probe_kernel" in mangled and len(args) >= 2:   # <MMAs per ldmatrix, chains>
         return f"probe_m{args[0]}_d{args[1]}"
     return mangled
 
@@ -227,7 +229,7 @@ def load(archs=ARCHS, defines=()) -> ctypes.CDLL:
     lib.mla_verify_num_sms.argtypes = [i]
     lib.mma_ceiling_launch.argtypes = [vp, vp, i, i, i, vp]
     lib.mma_ceiling_launch.restype = i
-    lib.mma_ldsm_probe_launch.argtypes = [vp, i, i, i, i, i, vp]
+    lib.mma_ldsm_probe_launch.argtypes = [vp, vp, vp, i, i, i, i, i, vp]
     lib.mma_ldsm_probe_launch.restype = i
     if "MLAV_TRACE" in defines:
         lib.mla_verify_trace.argtypes = [vp, i, vp]

@@ -18,9 +18,15 @@
 - graph: capture the call in a CUDA graph per tier, replay with new lengths, slots and
   trees, compare with eager; for the fp8 pool too (per fp8 tier, fixed scales).
 - stream, mma, full: the ladder's microbenchmarks, each tier with stages left out
-  (kernel/bench/micro.py); parts: the design D tiers' math with the softmax, QK or PV left
-  out, and the mma.sync ceiling at their occupancy (8 warps per SM); probe: mma.sync with
-  an ldmatrix.x4 every 1-8 MMAs (kernel/csrc/mma_ldsm_probe.cu), at 8 and 16 warps per SM.
+  (kernel/bench/micro.py); parts: the design D tiers' math (rows64d, rows64d_pair, rows32d)
+  with the softmax, QK or PV left out, and the mma.sync ceiling at their occupancy (8 warps per
+  SM). With mma, full and
+  parts, the sm_120 model (kernel/bench/sm120_estimate.py) is written from them too:
+  sm120-model-from-*.json, a model, not a measurement.
+- probe: mma.sync with an ldmatrix.x4 every 1-8 MMAs and 1-8 accumulator chains
+  (kernel/csrc/mma_ldsm_probe.cu) at 4, 8 and 16 warps per SM, each beside its prediction,
+  after the built library's machine code passed kernel/bench/probe_sass.py (sm_90 and
+  sm_120); JSON probe-*.json. Not default.
 - fixed: the call's fixed cost, T = 1 and 8 on both pools, S = 128..262k, with and without the
   merge, and CUPTI's verify and merge kernel times at 185k (kernel/bench/fixed_cost.py).
 - trace: a diagnostic build (-DMLAV_TRACE, compiled here with nvcc) timestamps every CTA's
@@ -39,6 +45,12 @@
   kernel.sglang.device_bundle).
 - dcp-sim: decode context parallelism simulated on one GPU, N = 2, 4, 8 ranks at S = 185k
   (kernel/sglang/dcp_sim.py). Not in the default stages: needs the sglang bundle too.
+- extend, extend-bench: EXTEND over a cached prefix (issue 26): causal new tokens, T = 1 to
+  16,384 over prefixes up to 180k, both pools, against float64 and fp32 references and SGLang
+  (kernel/bench/extend_validate.py); timed at T = 1..8,192 over 185k and over the chunks of a
+  185k-token prefill (kernel/bench/extend_bench.py); sglang-extend: the same through SGLang's real
+  backend with the plugin, both arms, eager, bf16 and fp8 pools (kernel/sglang/extend_check.py,
+  needs the sglang bundle). Not in the default stages.
 Timings: median over repeats of CUDA-event-timed CUDA-graph replays (slow calls: timed one
 by one), after warm-up, rotating input copies so L2 does not serve repeats.
 """
@@ -53,7 +65,7 @@ from pathlib import Path
 import torch
 
 from . import build
-from .bench.ceilings import mma_ceiling, mma_ldsm_probe, read_ceiling
+from .bench.ceilings import mma_ceiling, read_ceiling
 from .bench.env import env_info, git_commit
 from .bench import micro
 from .bench.sweeps import bench
@@ -65,7 +77,7 @@ from .ops import TIERS, verify_attention
 
 
 STAGES = ("validate", "graph", "stream", "mma", "full", "parts", "probe", "fixed", "trace", "bench", "integration",
-          "sglang-backend", "dcp-sim", "once")
+          "sglang-backend", "dcp-sim", "extend", "extend-bench", "sglang-extend", "once")
 
 
 def main(argv=None) -> int:
@@ -75,7 +87,8 @@ def main(argv=None) -> int:
                     help="recorded with the data (default: git HEAD, '+dirty' with local changes)")
     ap.add_argument("--stages", default="validate,graph,stream,mma,full,parts,fixed,bench,integration",
                     help="comma-separated: validate, graph, stream, mma, full, parts, probe, fixed, trace "
-                         "(microbenchmarks), bench, integration, sglang-backend, dcp-sim, once")
+                         "(microbenchmarks), bench, integration, sglang-backend, dcp-sim, extend, extend-bench, "
+                         "sglang-extend, once")
     ap.add_argument("--cases", type=int, default=500, help="random validation cases (plus the extremes)")
     ap.add_argument("--fp8-cases", type=int, default=500,
                     help="random validation cases on the fp8_e4m3 pool (plus its extremes; 0: no fp8 validation)")
@@ -172,14 +185,24 @@ def main(argv=None) -> int:
         res_d = dict(info, **run_dcp_sim(log=log))
         (out / f"dcp-sim-{tag}-{stamp}.json").write_text(json.dumps(res_d, indent=1))
         summary += summary_lines(res_d)
+    if "extend" in stages:
+        from .bench.extend_validate import summary_lines as extend_lines, validate_extend
+        res_e = dict(info, **validate_extend(a.tol, sgl))
+        (out / f"extend-validation-{tag}-{stamp}.json").write_text(json.dumps(res_e, indent=1))
+        summary += extend_lines(res_e)
+    if "sglang-extend" in stages:
+        from .sglang.extend_check import run as run_extend_check, summary_lines as extend_check_lines
+        res_x = dict(info, **run_extend_check(log=log))
+        (out / f"sglang-extend-{tag}-{stamp}.json").write_text(json.dumps(res_x, indent=1))
+        summary += extend_check_lines(res_x)
     if "once" in stages:   # a single centre-point call, for a profiler to attach to
         c = make_case([185000], [8], 8, tree="ddtree", layout="scattered", seed=77, device="cuda")
         for _ in range(3):
             verify_attention(*c.args(), max_draft_len=8)
         torch.cuda.synchronize()
         log("once: done")
-    micro_stages = stages & {"stream", "mma", "full", "parts", "probe"}
-    if "bench" in stages or micro_stages:
+    micro_stages = stages & {"stream", "mma", "full", "parts"}
+    if "bench" in stages or "extend-bench" in stages or micro_stages:
         log("ceilings ...")
         gbps = read_ceiling()
         tfl = mma_ceiling(build.load(), info["sms"])
@@ -189,19 +212,28 @@ def main(argv=None) -> int:
         if "parts" in stages:   # the tensor pipe with rows64d's occupancy: one CTA of 8 warps per SM
             m["ceilings"]["mma_TFLOPs_8_warps_per_sm"] = mma_ceiling(build.load(), info["sms"], ((1, 256),))
             log(f"mma.sync ceiling at 8 warps per SM: {m['ceilings']['mma_TFLOPs_8_warps_per_sm']:.0f} TFLOP/s")
-        if "probe" in stages:   # does ldmatrix traffic overlap mma.sync? (csrc/mma_ldsm_probe.cu)
-            m["mma_ldsm_probe"] = mma_ldsm_probe(build.load(), info["sms"], m["clock_assumed_mhz"])
-            for r in m["mma_ldsm_probe"]:
-                summary.append(f"probe {r['ctas_per_sm']}x{r['threads']} thr, ldmatrix.x4 every {r['mmas_per_ldsm']} "
-                               f"MMAs, used {r['first_use_after_mmas']} later: {r['TFLOPs']:6.0f} TFLOP/s, "
-                               f"{r['clk_per_mma_per_sm']:.2f} clk per MMA per SM "
-                               f"(+{r['wavefronts_per_mma']:.2f} smem wavefronts per MMA)")
         (out / f"micro-{tag}-{stamp}.json").write_text(json.dumps(m, indent=1))
+        if {"mma", "full", "parts"} <= stages:   # the sm_120 model reads these rows (a model, not a measurement)
+            from .bench import sm120_estimate
+            doc = sm120_estimate.document(dict(m, kind="microbench"), None, f"micro-{tag}-{stamp}.json", None)
+            (out / f"sm120-model-from-{tag}-{stamp}.json").write_text(json.dumps(doc, indent=1))
+            summary += sm120_estimate.summary(doc)
         for r in m["rows"]:
             extra = (f"{r['GBps']:7.0f} GB/s {r['frac_read_ceiling']:5.0%} {r['option']}" if r["stage"] == "stream"
                      else f"{r['clk_per_tile']:7.0f} clk/tile {r['part']}" if r["stage"] == "parts"
                      else f"{r['clk_per_tile']:7.0f} clk/tile" + (f", merge {r['merge_us']:.1f} us" if r["stage"] == "full" else ""))
             summary.append(f"micro {r['stage']:6s} S={r['S']:>7} T={r['T']:>3} tier {r['tier']} {r['time_us']:9.1f} us  {extra}")
+    if "probe" in stages:   # does ldmatrix traffic overlap mma.sync? (csrc/mma_ldsm_probe.cu)
+        from .bench import probe, probe_sass
+        try:   # the machine code of the library just built, before any figure
+            sass = probe_sass.check(lib_dir)
+        except probe_sass.SassError as e:
+            log(f"probe: SASS check could not run ({e}): figures are not citable")
+            sass = [{"arch": "?", "per": None, "dep": None, "ok": False, "error": str(e)}]
+        mhz = micro.sm_clock_mhz()["sm_max"] or 1980.0
+        res_p = dict(info, **probe.run(build.load(), info["sms"], mhz, sass))
+        (out / f"probe-{tag}-{stamp}.json").write_text(json.dumps(res_p, indent=1))
+        summary += probe.table(res_p)
     if "fixed" in stages:
         from .bench.fixed_cost import run as run_fixed
         res_f = dict(info, **run_fixed())
@@ -237,6 +269,15 @@ def main(argv=None) -> int:
                 summary.append(f"{r['sweep']:10s} S={r['S']:>7} T={r['T']:>4} H={r['H']:>3} {r['layout']:10s} t{r['tier']} "
                                f"p{r['page_size']:<2} b{r['batch']} {r['impl']:17s} {r['time_us']:11.1f} us "
                                f"{r['GBps']:7.0f} GB/s {r['TFLOPs']:6.1f} TF/s {r['frac_roofline']:6.1%}")
+    if "extend-bench" in stages:
+        from .bench.extend_bench import KIND as EXTEND_BENCH, bench_extend, summary_lines as extend_bench_lines
+        eb = dict(info, kind=EXTEND_BENCH, ceilings={"read_GBps": gbps, "mma_TFLOPs": tfl}, rows=[])
+
+        def save_extend(doc):
+            eb.update(doc)
+            (out / f"extend-bench-{tag}-{stamp}.json").write_text(json.dumps(eb, indent=1))
+        save_extend(bench_extend(sgl, gbps, tfl, save_extend))
+        summary += extend_bench_lines(eb)
     print("\n".join(["", "=" * 100] + summary))
     return 0
 

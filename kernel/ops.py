@@ -22,17 +22,21 @@ DEFAULT_MAX_BS = 4096
 
 # Kernel tiers: id -> query rows per CTA tile (csrc/mla_verify.cu). 0 = rows64 (query rows in
 # the MMA's M dimension), 1/2/4 = small (operands swapped, 8 * id rows), 6/8 = rows32d/rows64d
-# (design D of the kernel memo: 32-row pipelines, one or two per CTA).
-TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64}
+# (design D of the kernel memo: 32-row pipelines, one or two per CTA), 9 = rows64d_pair (rows64d
+# with one barrier pair per 32 tokens, issue 25; opt-in through tier=9, never picked by default,
+# bf16 pools only).
+TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64, 9: 64}
 # The tiers that read SGLang's fp8_e4m3 pool (1, 2, 4: tier_small8.cuh, f16 MMAs on e4m3 operands
 # widened in registers; 6, 8: e4m3 rows widened to bf16 in shared memory); rows64 (0), kept only
-# to be forced in benchmarks, reads bf16 only.
+# to be forced in benchmarks, and rows64d_pair (9) read bf16 only.
 FP8_TIERS = (1, 2, 4, 6, 8)
 # The tier for requests of more than 32 rows, and when the rows per request are not known
 # statically: rows64d (8), measured faster there than rows64 (0) and the 32-row tiers on the
-# H200 (kernel/NOTES.md). MLA_VERIFY_LARGE_TIER overrides it (read once at import), on both
-# pools: 4 selects the small tier's 32-row tiles, which the sm_120 model estimates faster there
-# (unmeasured: a canary can decide).
+# H200 (kernel/NOTES.md), and the lowest of every tier in the sm_120 model at 185k tokens too
+# (kernel/bench/sm120_estimate.py, reports/data/sm120-model-*.json: a model, not a measurement;
+# the first model ranked rows32d first from the H200's stream efficiencies, which say nothing
+# about sm_120). So sm_120 picks as the H200 does, on both pools. MLA_VERIFY_LARGE_TIER overrides
+# it (read once at import), on both pools: 6 or 4 select the 32-row tiles, for a canary to compare.
 def _large_tier(value: str) -> int:
     if value.strip() not in {str(t) for t in TIERS}:
         raise VerifyInputError(f"MLA_VERIFY_LARGE_TIER={value!r} is not one of {sorted(TIERS)}")
@@ -189,8 +193,7 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
                speculative num_draft_tokens); picks the row tier. Any value gives correct
                results; an undercount only costs speed.
       tier:    force a tier (TIERS: 0 = rows64, 1/2/4 = small with 8/16/32-row tiles, 6/8 = rows32d/
-               rows64d); for
-               benchmarks. Default: `pick_tier`.
+               rows64d, 9 = rows64d_pair, bf16 only); for benchmarks. Default: `pick_tier`.
     Returns (o, lse), lse None when with_lse is False.
     """
     bs, H = check_shapes(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else kv_indptr, k_extend,
@@ -206,8 +209,8 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
     elif tier not in TIERS:
         raise VerifyInputError(f"tier: {tier!r} is not one of {sorted(TIERS)}")
     if fp8 and tier not in FP8_TIERS:
-        raise VerifyInputError(f"tier: {tier} (rows64) reads a bf16 pool only; an fp8 kv_cache takes one of "
-                               f"{list(FP8_TIERS)}")
+        raise VerifyInputError(f"tier: {tier} ({'rows64' if tier == 0 else 'rows64d_pair'}) reads a bf16 pool "
+                               f"only; an fp8 kv_cache takes one of {list(FP8_TIERS)}")
     if H > MAX_HEADS:
         raise VerifyInputError(f"q: {H} heads, the kernel supports at most {MAX_HEADS}")
     _check_layout("q", q, HEAD_DIM)

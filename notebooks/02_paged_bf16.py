@@ -49,11 +49,12 @@ backend = data.newest_or_none(data_dir, "sglang-backend", allow_fixture=smoke)
 dcp = data.newest_or_none(data_dir, "dcp-sim", allow_fixture=smoke)
 fixed = data.newest_or_none(data_dir, "fixed_cost", allow_fixture=smoke)
 trace = data.newest_or_none(data_dir, "trace", allow_fixture=smoke)
-docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace) if d is not None]
+sm120 = data.newest_or_none(data_dir, "sm120_model", allow_fixture=smoke)   # a model, section 11
+docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace, sm120) if d is not None]
 df = data.bench_frame(bench)  # the comparisons: ours is `flash` alone, never its variants
 df_all = data.bench_frame(bench, variants=True)  # + forced rows64 and L2 flushed (section 7)
 tiers = data.tier_frame(df_all)
-est = data.sm120_frame(micro) if micro is not None else pd.DataFrame()
+est = data.sm120_frame(sm120) if sm120 is not None else pd.DataFrame()
 centre_est = data.estimate_at(est, data.centre_tier(tiers))
 read_gbps, mma_tflops = data.ceilings(bench)
 found = [f for f in (findings.correctness(val), findings.centre_speed(df), findings.tiers(tiers),
@@ -86,10 +87,12 @@ def backend_table(cases: pd.DataFrame, caption: str):
 def estimate_table(est: pd.DataFrame, caption: str):
     """The sm_120 model's rows per shape and tier (sections 11 and 12: bf16 and fp8 pools)."""
     return figures.table(
-        est[["S", "T", "H", "tile", "h200_us", "sm120_estimate_us", "sm120_memory_us",
-             "sm120_math_us", "sm120_floor_us", "bound", "lowest_estimate"]],
-        {"S": "{:,}", "h200_us": "{:,.1f}", "sm120_estimate_us": "{:,.1f}",
-         "sm120_memory_us": "{:,.1f}", "sm120_math_us": "{:,.1f}", "sm120_floor_us": "{:,.1f}"},
+        est[["S", "T", "H", "tile", "h200_us", "h200_overlap", "sm120_estimate_us",
+             "sm120_overlapped_us", "sm120_memory_us", "sm120_math_us", "sm120_floor_us", "bound",
+             "lowest_estimate"]],
+        {"S": "{:,}", "h200_us": "{:,.1f}", "h200_overlap": "{:.2f}", "sm120_estimate_us": "{:,.1f}",
+         "sm120_overlapped_us": "{:,.1f}", "sm120_memory_us": "{:,.1f}", "sm120_math_us": "{:,.1f}",
+         "sm120_floor_us": "{:,.1f}"},
         caption)
 
 # %% [markdown]
@@ -594,28 +597,50 @@ else:
 # ## 11. The production GPU, sm_120: an ESTIMATE from a model, not a measurement
 # The kernel is compiled for sm_120 (RTX PRO 6000 Blackwell) in every run, but **it has never
 # run on one**: every measurement on this page is from the GPU named at the top. What follows
-# is a model: it takes each tier's H200 microbenchmarks (stream efficiency, clocks per tile,
-# merge time) and budgets assumed for sm_120, and gives a time per layer per tier. It says
-# which tier a canary on sm_120 should try first; it proves nothing.
+# is a model (`kernel/bench/sm120_estimate.py`, its own file in the data directory): it takes
+# each tier's H200 microbenchmarks and sm_120's published figures and gives a time per layer per
+# tier. Per 16-token tile, the math is the H200's non-matrix clocks (softmax, barriers, loop:
+# the same clocks on sm_120) plus the tile's MMAs at sm_120's rate (a quarter of an MMA per clock
+# per SM) divided by the tier's MMA efficiency measured on the H200; tiers that run two blocks
+# per SM on the H200 and one on sm_120 (rows32d, the 8- and 16-row tiles) pay their non-matrix
+# clocks twice. The memory part is the KV bytes at sm_120's DRAM bandwidth times the fraction of
+# its spec the H200's memory sustains, slowed only if a tier keeps too few bytes in flight for
+# sm_120. Memory and math are not assumed to overlap, since nothing has measured that on sm_120:
+# the estimate is their sum (plus the merge), and the fully overlapped time is shown beside it as
+# the best case. It says which tier a canary on sm_120 should try first; it proves nothing.
 
 # %%
 if est.empty:
-    display(Markdown("_No sm_120 estimate in the data directory (the microbench file carries "
-                     "it)._"))
+    display(Markdown("_No sm_120 model in the data directory (`python -m "
+                     "kernel.bench.sm120_estimate` writes it from the H200 microbenchmark and "
+                     "bench files)._"))
 else:
-    a = micro["sm120_estimate"]
-    assumed = ", ".join(f"{v:,g} {glossary.SM120_ASSUMPTIONS[k]}"
-                        if k in glossary.SM120_ASSUMPTIONS else f"{k} = {v}"
-                        for k, v in a.get("assumptions", {}).items())
-    lines = [f"Model: {a.get('model', 'unnamed')}; assumptions: {assumed}."]
+    a = sm120["sm120"]
+    clocks = sm120["clocks"]
+    names = {"boost": "boost", "max_q": "Max-Q", "max_q_base": "Max-Q base"}
+    published = ", ".join(f"{v:,g} {glossary.SM120_ASSUMPTIONS[k]}"
+                          if k in glossary.SM120_ASSUMPTIONS else f"{k} = {v}" for k, v in a.items())
+    lines = [f"Model: {sm120['model']}; from `{sm120['inputs']['micro']}` and "
+             f"`{sm120['inputs']['bench']}`. Published sm_120 figures: {published}. SM clocks: "
+             + ", ".join(f"{names.get(k, k)} {v:g} GHz" for k, v in clocks.items())
+             + f" (sources in the model file; the table: {names.get(sm120['default_clock'])}). Assumed: the H200's read ceiling over its "
+             f"{sm120['assumptions']['h200_spec_GBps']:,.0f} GB/s spec "
+             f"({sm120['assumptions']['dram_fraction']:.3f}) carries over to sm_120's DRAM, and "
+             f"{sm120['assumptions']['dram_latency_ns']:,.0f} ns of loaded DRAM latency."]
     if centre_est is not None:
         lines.append(
             f"At the centre (S = {int(centre_est['S']):,}, T = {int(centre_est['T'])}, H = "
             f"{int(centre_est['H'])}, at the tier the default picks: "
-            f"{data.tier_phrase(centre_est['tier'])}): "
-            f"**estimate {centre_est['sm120_estimate_us']:,.1f} us** per layer on sm_120 "
-            f"(model), against **{centre_est['h200_us']:,.1f} us measured** on the H200; the "
-            f"model's floor there is {centre_est['sm120_floor_us']:,.1f} us.")
+            f"{data.tier_phrase(centre_est['tier'])}): **estimate {centre_est['sm120_estimate_us']:,.1f} "
+            f"us** per layer on sm_120 (model), {centre_est['sm120_overlapped_us']:,.1f} us if memory "
+            f"and math overlapped fully, against **{centre_est['h200_us']:,.1f} us measured** on the "
+            f"H200; {centre_est['bound']}-bound on the model (memory {centre_est['sm120_memory_us']:,.1f}, "
+            f"math {centre_est['sm120_math_us']:,.1f} us); the model's floor there is "
+            f"{centre_est['sm120_floor_us']:,.1f} us."
+            + (f" The H200 hid {centre_est['h200_overlap']:.0%} of its shorter part (its stream) at "
+               "this shape: its measured time lies between the two bounds"
+               + (", nearer their sum." if centre_est["h200_overlap"] < 0.5 else ".")
+               if pd.notna(centre_est.get("h200_overlap")) else ""))
     if micro is not None:
         h200_best = data.micro_frame(micro).query("fastest")[["S", "T", "H", "tier"]]
         low = est[est["lowest_estimate"]][["S", "T", "H", "tier"]]
@@ -629,9 +654,21 @@ else:
                             f"on the model, {data.tier_name(r.tier_h200)} measured on the H200"
                             for r in differ.itertuples())
                 + ". That is a question for a canary on sm_120, not an answer.")
+        else:
+            lines.append(f"At all {len(both)} shapes the model's lowest estimate is the tier the "
+                         "H200 measured fastest.")
     display(Markdown(" ".join(lines)))
     display(estimate_table(est, "sm_120 ESTIMATE per shape and tier (a model, not a measurement), next "
                                 "to the H200's measured full-kernel time"))
+    by_clock = data.sm120_clocks_frame(sm120)
+    shown = by_clock.rename(columns={
+        f"{k} {w}": f"{names.get(k, k)} {v:g} GHz, {w}, us" for k, v in clocks.items()
+        for w in ("estimate", "overlapped")})
+    display(figures.table(
+        shown.drop(columns=["tier"]),
+        {"S": "{:,}", **{c: "{:,.1f}" for c in shown.columns if c.endswith(", us")}},
+        "sm_120 ESTIMATE of the lowest tier per shape at each SM clock (a model, not a "
+        "measurement): the memory part does not move with the clock, the math does"))
 
 # %%
 res = data.resources_frame(bench, provenance.PRODUCTION_ARCH)
@@ -763,15 +800,16 @@ else:
         "graph's replay time per arm"))
 
 # %%
-est8 = data.sm120_frame(micro, data.FP8_KV) if micro is not None else pd.DataFrame()
+est8 = data.sm120_frame(sm120, data.FP8_KV) if sm120 is not None else pd.DataFrame()
 if est8.empty:
-    display(Markdown("**sm_120 ESTIMATE on the fp8 pool:** the microbench file has no fp8 rows (a "
-                     "file from before the fp8 microbenchmarks)."))
+    display(Markdown("**sm_120 ESTIMATE on the fp8 pool:** the sm_120 model file has no fp8 rows "
+                     "(none in the data directory, or one built from a file before the fp8 "
+                     "microbenchmarks)."))
 else:
     display(Markdown(
         "**sm_120 ESTIMATE on the fp8 pool (a model, not a measurement):** the model of "
-        "[section 11](#sm120) on the fp8 tiers' own H200 microbenchmarks (stream efficiency, "
-        "clocks per tile, merge), with 576 bytes per prefix row."))
+        "[section 11](#sm120) on the fp8 tiers' own H200 microbenchmarks (clocks per tile, "
+        "merge), with 576 bytes per prefix row and the fp8 tiers' own bytes in flight."))
     display(estimate_table(est8, "fp8 pool: sm_120 ESTIMATE per shape and fp8 tier (a model, not a "
                                  "measurement), next to the H200's measured full-kernel time"))
 

@@ -18,6 +18,13 @@
 # (the control): decode speed in tokens/s at long context, round by round, and the tokens
 # themselves. The rollout tool continues only if the canary is not slower than the control by
 # more than the threshold (judged on the confidence interval) and gives the same tokens.
+#
+# Two parts, never mixed: the **real-server canary** recorded by `python -m
+# kernel.sglang.real_server` on the GPU machine (two real SGLang servers, the rollout CLI's
+# gates, a planted verify fault that must be rolled back, where the step time goes, follow-up
+# turns over a cached prompt), read from the newest `real-server-*.json` in `data_dir`; and the
+# A/B this page runs itself when it is rendered (against emulators unless live endpoints are
+# given).
 
 # %% tags=["parameters"]
 smoke = False  # True: CI run on generated fixture data
@@ -37,6 +44,7 @@ time_scale = 1.0  # emulator only: below 1 the emulated servers decode faster (C
 import sys
 import warnings
 from contextlib import ExitStack
+from pathlib import Path
 
 import pandas as pd
 from IPython.display import HTML, Markdown, display
@@ -120,14 +128,34 @@ if m_c:
     assumed = (f"; modelled, not measured: {m_c['fixed_ms']:g} ms of non-attention time per "
                f"step (assumed) and accept length {m_c['accept_length']:g} (assumed)"
                + (f", which predict {predicted:.3g}" if predicted else ""))
+# The real-server run (kernel.sglang.real_server): the newest real one, else the newest emulated
+# one, which every label below calls EMULATED; None when data_dir holds neither.
+real = data.real_server(data_dir, allow_fixture=smoke)
+real_is_real = real is not None and not real.get("emulated")
+ab_decision = findings.finding("decision", "canary on a live service", f"{decision}, on {where}",
+                               "open" if emulated and status == "pass" else status, "gate")
+ab_ratio = findings.finding("ratio", "candidate / control decode speed",
+                            f"{ratio:.3g} (95 % CI {lo:.3g} to {hi:.3g}) at {context_tokens:,} "
+                            f"tokens of context; the gate needs at least {1 - threshold:.2f}"
+                            + assumed,
+                            # an emulated ratio is the model's output, not a measured pass
+                            "info" if emulated else "pass" if speed_ok else "fail", "speed")
+real_ratio = findings.real_speed(real) if real is not None else None
+if emulated:
+    # this page's own A/B ran on emulators: the live-service line is the real-server run's
+    live = findings.live_canary(real, f"{decision}, on {where}")
+    ab_decision = {**ab_decision, "id": "emulated-decision",
+                   "check": "gate decision of this page's emulated A/B (the procedure only)"}
+    if real_ratio:
+        ab_ratio = {**ab_ratio, "id": "emulated-ratio",
+                    "check": "candidate / control decode speed, emulated"}
+    top = [live] + ([real_ratio] if real_ratio else [])
+else:
+    top = [ab_decision] + ([{**real_ratio, "id": "real-ratio"}] if real_ratio else [])
+    ab_decision = None
 found = [
-    findings.finding("decision", "canary on a live service", f"{decision}, on {where}",
-                     "open" if emulated and status == "pass" else status, "gate"),
-    findings.finding("ratio", "candidate / control decode speed",
-                     f"{ratio:.3g} (95 % CI {lo:.3g} to {hi:.3g}) at {context_tokens:,} tokens "
-                     f"of context; the gate needs at least {1 - threshold:.2f}" + assumed,
-                     # an emulated ratio is the model's output, not a measured pass
-                     "info" if emulated else "pass" if speed_ok else "fail", "speed"),
+    *top, findings.planted(real), findings.extend_followups(real),
+    *([ab_decision] if ab_decision else []), ab_ratio,
     findings.finding("numerics", "same tokens",
                      f"top-1 agreement {numerics['top1_agreement']:.1%}, mean |delta logprob| "
                      f"{numerics['mean_abs_logprob_diff']:.3g}",
@@ -137,7 +165,289 @@ found = [
                                for r, e in ends.items()),
                      "pass" if confirmed else "open", "endpoints"),
 ]
-display(HTML(findings.box(found, "<b>Findings of this A/B</b> (computed from this run)")))
+display(HTML(findings.box(found, "<b>Findings</b> (the real-server run from its JSON; the A/B "
+                                 "from this render)")))
+
+# %%
+# The real-server section: every number from the JSON, nothing typed here. Every heading says
+# which it is: a real server, the job's emulated run, or nothing recorded.
+rs_head = "Real server" if real_is_real else "EMULATED real-server run, not a real server"
+real_steps = (real or {}).get("steps") or {}
+
+
+def section(anchor: str, title: str) -> bool:
+    """A subsection heading; without a real-server file only its anchor, which the findings
+    link to. True when there is a file to show."""
+    display(Markdown(findings.anchor(anchor) + (f"\n### {rs_head}: {title}" if real is not None else "")))
+    return real is not None
+
+
+display(Markdown(findings.anchor("real-server") + "\n## " + (
+    f"Real SGLang server canary: {findings.real_label(real)}" if real_is_real else
+    "Real SGLang server canary: none recorded" if real is None else
+    "Real-server canary: an EMULATED run of the job, not a real server")))
+if real is None:
+    display(Markdown(
+        f"**No real-server run in `{data_dir}`** (no `real-server-*.json` of kind "
+        f"`{data.REAL_SERVER}`), so nothing on this page comes from a real SGLang server. "
+        "`python -m kernel.sglang.real_server --out $OUT` on the GPU machine writes one; copy it "
+        "into `reports/data/`."))
+elif not real_is_real:
+    display(Markdown(
+        f"**EMULATED, not a real server.** `{Path(real['_path']).name}` was written by the "
+        "job's `--emulate` mode: "
+        "`rollout.emulator` answered behind the job's launch wrapper, so no SGLang server, no "
+        "GPU and no kernel ran. It shows the job's orchestration and this section's layout; "
+        "every number in it is the emulator's."))
+else:
+    display(Markdown(
+        "Two such servers on the one GPU, a triton control and a flash canary, each with its share "
+        "of the GPU's memory, started, gated, rolled back and promoted by the rollout CLI itself "
+        "(`plan`, `canary`, `promote`); the model is DeepSeek-V3-shaped with random weights, so "
+        "its tokens mean nothing but are the same computation on both arms.\n\n"
+        + provenance.evidence_box([real], "The real-server run")))
+if real is not None:
+    display(Markdown(provenance.banner([real], head="The real-server run this section reads:")))
+    st = real.get("standins") or {}
+    where_rows = [
+        ("served by", findings.real_label(real)),
+        ("file", Path(real["_path"]).name), ("written", real.get("date")),
+        ("GPU", f"{real.get('gpu')} ({real.get('sms')} SMs), driver {real.get('driver')}, CUDA "
+                f"{real.get('cuda')}, torch {real.get('torch')}"),
+        ("target layers", real.get("layers")),
+        ("SGLang", (real.get("bundle") or {}).get("sglang") or "not recorded (no server bundle)"),
+        ("kernel source hash",
+         (real.get("kernel") or {}).get("hash") or "not recorded (no kernel built)"),
+        ("commit", real.get("commit")),
+        ("server bundle sha256", str((real.get("bundle") or {}).get("sha256") or "none")[:16]),
+        ("stand-ins that ran (torch versions of sgl_kernel functions)",
+         ", ".join(st.get("ran") or []) or "none"),
+        ("placeholders called (they raise)", ", ".join(st.get("called") or []) or "none"),
+        ("server processes that logged stand-ins", st.get("processes")),
+    ]
+    display(figures.table(pd.DataFrame(where_rows, columns=["what", "value"]),
+                          caption="What served the run (from its JSON)", text=("what", "value")))
+    steps_rows = [{"step": n, "result": r.get("status"), "wall s": r.get("wall_s"),
+                   "predicted s": r.get("predicted_s"),
+                   "run by": "the job, as a prerequisite" if r.get("auto") else "asked for",
+                   "summary": r.get("summary")} for n, r in real_steps.items()]
+    display(figures.table(pd.DataFrame(steps_rows), {"wall s": "{:,.0f}", "predicted s": "{:,.0f}"},
+                          "The job's steps at this layer count (wall time and the job's own "
+                          "prediction)", text=("summary",)))
+
+# %%
+canary_step = real_steps.get("canary")
+if section("real-gates", "the canary's gates"):
+    if canary_step is None:
+        display(Markdown("The canary step has not run in this file."))
+    else:
+        display(figures.table(
+            pd.DataFrame([{"group": g["group"], "gate": g["gate"], "passed": g["passed"],
+                           "reason": g["reason"]} for g in canary_step.get("gates") or []]),
+            caption=f"`rollout canary`'s gates, in order (canary {canary_step.get('canary')}; "
+                    f"exit {canary_step.get('rollout_rc')})", text=("reason",), nowrap=("group", "gate")))
+        passed = canary_step.get("status") == "ok"
+        display(Markdown(
+            f"**Decision: {'canary PASSED, the rollout may continue' if passed else 'canary FAILED'}"
+            + ("" if real_is_real else " (EMULATED)") + f"**: {canary_step.get('summary')}"))
+
+# %%
+sp = (canary_step or {}).get("speed")
+if section("real-speed", "decode speed per arm"):
+    if not sp:
+        display(Markdown("No speed gate result in this file."))
+    else:
+        timed = canary_step.get("timed") or {}
+        speed_rows = []
+        for role, arm in (("candidate", "flash"), ("control", "triton")):
+            a, t = sp.get(role) or {}, timed.get(arm) or {}
+            speed_rows.append({
+                "arm": f"{role} ({arm})", "rounds": len(a.get("tok_s") or []),
+                "median tokens/s": a.get("median_tok_s"), "median step, ms": a.get("median_step_ms"),
+                "median accept length": a.get("median_accept_length"),
+                "TTFT, cached prompt, ms": (1000 * t["ttft_s"] if t.get("ttft_s") is not None
+                                            else None),
+                "one more request, tokens/s": t.get("tok_s")})
+        display(figures.table(
+            pd.DataFrame(speed_rows),
+            {"median tokens/s": "{:,.2f}", "median step, ms": "{:,.1f}",
+             "median accept length": "{:.2f}", "TTFT, cached prompt, ms": "{:,.0f}",
+             "one more request, tokens/s": "{:,.2f}"},
+            f"The speed gate at {sp.get('context_tokens') or 0:,} tokens, "
+            f"{sp.get('max_new_tokens')} greedy tokens a request (prompt cached): step = accept "
+            "length / tokens/s; the last two columns are one more streamed request per arm after "
+            "the gates"))
+        rounds = pd.concat([pd.DataFrame({"arm": f"{r} ({arm})",
+                                          "tokens_per_s": (sp.get(r) or {}).get("tok_s") or []})
+                            for r, arm in (("candidate", "flash"), ("control", "triton"))])
+        if not rounds.empty:
+            figures.show(figures.tokens_per_s(
+                rounds, ("Real server" if real_is_real else "EMULATED, not a real server")
+                + f": decode speed per round, {real.get('layers')} layers, "
+                  f"{sp.get('context_tokens') or 0:,} tokens"))
+        ci = sp.get("ci") or {}
+        display(Markdown(
+            f"Candidate / control median tokens/s = **{sp.get('ratio', float('nan')):.3g}** "
+            f"({ci.get('level', 0.95):.0%} CI {ci.get('low', float('nan')):.3g} to "
+            f"{ci.get('high', float('nan')):.3g}); speed gate "
+            f"**{'pass' if sp.get('passed') else 'FAIL'}**: {sp.get('reason')}"))
+
+# %%
+pl = findings.planted_caught(real) if real is not None else None
+if section("real-planted", "a planted verify fault"):
+    if pl is None:
+        display(Markdown("No planted-fault run in this file."))
+    else:
+        p_step = real_steps["planted"]
+        display(figures.table(
+            pd.DataFrame([{"gate": g["gate"], "passed": g["passed"], "reason": g["reason"]}
+                          for g in p_step.get("gates") or [] if g["group"] == pl["canary"]]),
+            caption=f"The canary {pl['canary']} restarted with a test-only plugin that perturbs "
+                    "the flash kernel's output (never loadable by the shipped entry point): its "
+                    "gates, then the rollback's", text=("reason",), nowrap=("gate",)))
+        num = pl["numerics"]
+        cs = num.get("control_self") or {}
+        display(Markdown(
+            f"Caught by the **{pl['gate']}** gate"
+            + (f": top-1 agreement {num['top1_agreement']:.3f}, mean |delta logprob| "
+               f"{num['mean_abs_logprob_diff']:.3g} (the control's own verify against its "
+               f"prefill: top-1 {cs.get('top1_agreement') or 0:.3f})"
+               if num.get("top1_agreement") is not None else "")
+            + f". After `rollout canary` exited {p_step.get('rollout_rc')}, {pl['canary']} "
+            f"serves **{pl['after']}**; planted-fault log entries: "
+            f"{len(p_step.get('planted_log') or [])}. "
+            + ("As expected." if pl["ok"] else f"**Not as expected**: {p_step.get('summary')}")))
+
+# %%
+pr = real_steps.get("promote")
+if section("real-promote", "promote"):
+    if pr is None:
+        display(Markdown("The promote step has not run in this file."))
+    else:
+        prom = [{"group": n,
+                 "median tokens/s": ((p.get("speed") or {}).get("candidate") or {}).get("median_tok_s"),
+                 "speed gate": (p.get("speed") or {}).get("passed"),
+                 "numerics": (p.get("numerics") or {}).get("verdict"),
+                 "serves now": ((pr.get("groups_after") or {}).get(n) or {}).get("arm")}
+                for n, p in (pr.get("promoted") or {}).items()]
+        if prom:
+            display(figures.table(pd.DataFrame(prom), {"median tokens/s": "{:,.2f}"},
+                                  "`rollout promote`: every other group to flash, gated against "
+                                  "the canary's recorded control"))
+        display(Markdown(f"Promote: **{pr.get('status')}**: {pr.get('summary')}"))
+
+# %%
+bds = {int(k): b for k, b in ((real or {}).get("breakdowns") or {}).items()}
+classified = {k: b["classified"] for k, b in sorted(bds.items()) if b.get("classified")}
+if section("real-breakdown", "where the flash arm's step goes"):
+    if not classified:
+        why = ((real_steps.get("breakdown") or {}).get("profile")
+               or "no breakdown with a classified profile in this file")
+        display(Markdown(f"No profiled breakdown: {why}."))
+    for n, c in classified.items():
+        ph = c["phases"]
+        rows = [{"phase": name, "GPU ms per step": ph[name]["ms_per_step"],
+                 "of which attention, ms": ph[name]["attention_ms_per_step"],
+                 "of which our kernel, ms": ph[name]["ours_ms_per_step"],
+                 "kernels per step": ph[name]["kernels_per_step"]} for name in ph]
+        rows.append({"phase": "GPU idle (waiting on the host)",
+                     "GPU ms per step": c["gpu_idle_ms_per_step"]})
+        display(figures.table(
+            pd.DataFrame(rows), {"GPU ms per step": "{:,.2f}", "of which attention, ms": "{:,.2f}",
+                                 "of which our kernel, ms": "{:,.3f}", "kernels per step": "{:,.1f}"},
+            f"{n} target layers, flash arm: a {c['step_ms']:,.1f} ms step from SGLang's profiler "
+            f"over {c['steps']} steps (verify = the target's TARGET_VERIFY forward; its attention "
+            f"{c['verify_attention_ms_per_layer']:.3f} ms per layer)"))
+    sl = real.get("slopes")
+    SLOPE_NAMES = {"step_ms": "whole step", "gpu_busy_ms_per_step": "GPU busy",
+                   "gpu_idle_ms_per_step": "GPU idle (waiting on the host)",
+                   "phases.verify.ms_per_step": "verify (target layers, lm_head)",
+                   "phases.verify.attention_ms_per_step": "verify: attention",
+                   "phases.verify.other_ms_per_step": "verify: everything else",
+                   "phases.draft.ms_per_step": "draft decode", "phases.draft_extend.ms_per_step": "draft extend",
+                   "phases.outside.ms_per_step": "outside the spans (sampling, tree, KV bookkeeping)"}
+    if sl:
+        at = f"at {sl['predict_at']} layers, ms"
+        display(figures.table(
+            pd.DataFrame([{"quantity": SLOPE_NAMES.get(k, k),
+                           "per layer, ms": f["per_layer_ms"], "intercept, ms": f["intercept_ms"],
+                           at: f["at_predict_ms"]} for k, f in sl["fits"].items()]),
+            {"per layer, ms": "{:,.3f}", "intercept, ms": "{:,.2f}", at: "{:,.1f}"},
+            f"Per-layer slope: least-squares line over the breakdowns at "
+            f"{', '.join(map(str, sl['layers']))} layers", text=("quantity",)))
+    elif classified:
+        display(Markdown("One layer count profiled: no per-layer slope yet (it needs two)."))
+
+# %%
+ext = (real or {}).get("extend_over_prefix") or {}
+if section("real-extend", "follow-up turns and the prompt's prefill (EXTEND over a cached prefix)"):
+    if not ext:
+        display(Markdown("No EXTEND measurement in this file (the job's canary step records it)."))
+    pre = ext.get("prefill") or {}
+    pre_rows = []
+    for arm in ("triton", "flash"):
+        got = pre.get(arm)
+        for e in (got if isinstance(got, list) else [got] if got else []):
+            pre_rows.append({
+                "arm": arm, "group": e.get("group"), "prompt tokens": e.get("prompt_tokens"),
+                "prefill, s": e.get("prefill_s"),
+                "per target layer, s": (e["prefill_ms_per_layer"] / 1000
+                                        if e.get("prefill_ms_per_layer") is not None else None),
+                "timed from": e.get("source") if e.get("measured") else
+                f"not measured: {e.get('why')}"})
+    if pre_rows:
+        display(figures.table(
+            pd.DataFrame(pre_rows), {"prefill, s": "{:,.2f}", "per target layer, s": "{:,.3f}",
+                                     "prompt tokens": "{:,.0f}"},
+            f"Prefill of the {ext.get('context_tokens') or 0:,}-token prompt on a freshly started "
+            f"server, {ext.get('layers')} target layers (per layer = time / target layers; the "
+            "time also holds the draft model's extend)", text=("timed from",), nowrap=("group",)))
+    fu, rt = ext.get("followup") or {}, ext.get("ratio_triton_over_flash") or {}
+    sizes = sorted({n for a in fu.values() for n in a}, key=int)
+    if sizes:
+        def one(arm, n, key):
+            return (fu.get(arm, {}).get(n) or {}).get(key)
+        display(figures.table(pd.DataFrame([{
+            "new tokens": int(n),
+            "triton TTFT, ms (median)": one("triton", n, "median_ttft_ms"),
+            "flash TTFT, ms (median)": one("flash", n, "median_ttft_ms"),
+            "triton / flash": rt.get(n),
+            "requests per arm": max(len(one(a, n, "ttft_ms") or []) for a in fu),
+            "every one hit the cached prompt": all(one(a, n, "prefix_hit") for a in fu),
+        } for n in sizes]), {"triton TTFT, ms (median)": "{:,.1f}", "flash TTFT, ms (median)": "{:,.1f}",
+                             "triton / flash": "{:,.1f}"},
+            f"TTFT of a follow-up turn after the cached {ext.get('context_tokens') or 0:,}-token "
+            "prompt: prompt + n fresh token ids, one token back (non-streaming, client wall time); "
+            "a fresh suffix per request, the same ones on both arms"))
+    g = ext.get("greedy")
+    if g:
+        display(Markdown(f"Greedy tokens of one more {g['suffix_tokens']}-token follow-up, "
+                         f"{g['max_new_tokens']} tokens on each arm (temperature 0): "
+                         + ("**equal on both arms**." if g.get("equal") else
+                            f"**not compared**: {g['errors']}" if g.get("errors") else
+                            f"**they differ from token {g.get('first_divergence')}**.")))
+    deltas = {a: (c or {}).get("delta") for a, c in (ext.get("counters") or {}).items()}
+    if any(deltas.values()):
+        display(Markdown("The plugin's counters over the follow-ups: " + "; ".join(
+            f"{a}: " + (", ".join(f"`{k}` +{v:g}" for k, v in d.items()) or "no change")
+            for a, d in deltas.items() if isinstance(d, dict))))
+    if ext.get("error"):
+        display(Markdown(f"**The measurement stopped with an error**: `{ext['error']}`"))
+
+# %%
+server_args = {}
+for n, g in ((real_steps.get("up") or {}).get("groups") or {}).items():
+    server_args[f"{n} (triton, step up)"] = g.get("server_args") or {}
+for n, b in sorted(bds.items()):
+    server_args[f"breakdown server, {n} layers (flash)"] = b.get("server_args") or {}
+arg_keys = sorted({k for a in server_args.values() for k in a if k != "error"})
+if section("real-args", "server arguments") and arg_keys:
+    display(figures.table(
+        pd.DataFrame([{"argument": k, **{c: None if a.get(k) is None else str(a.get(k))
+                                         for c, a in server_args.items()}} for k in arg_keys]),
+        caption="What each server's /server_info reported (the keys the job keeps)"))
+
+# %%
 if emulated:
     display(Markdown(
         "## EMULATED A/B: not a live service\n"
@@ -239,9 +549,15 @@ display(Markdown(
 
 # %%
 provenance.write_record(
-    record_path, "Phase 3: canary A/B at long context" + (" (emulated)" if emulated else ""),
-    sources, findings=found,
+    record_path, "Phase 3: canary A/B at long context" + (
+        " (a real-server canary; this page's own A/B on emulators)" if emulated and real_is_real
+        else " (emulated)" if emulated else ""),
+    sources + ([real] if real is not None else []), findings=found,
     extra={"emulated": emulated, "gate_pass": status == "pass" and not emulated,
+           "real_server": None if real is None else {
+               "file": Path(real["_path"]).name, "emulated": not real_is_real,
+               "label": findings.real_label(real), "date": real.get("date"), "gpu": real.get("gpu"),
+               "layers": real.get("layers"), "decision": found[0]["text"]},
            "decision": decision,
            "endpoints": [f"{r}: {'local emulator' if started else e['url']} "
                          f"({'emulated' if e['emulated'] else 'live'}, {e['arm']})"

@@ -28,8 +28,8 @@ OURS, BASELINE, SPLIT_KV, NAIVE = "flash", "sglang_extend", "sglang_verify_mla",
 # tile: 0 is rows64, 1/2/4 the small tier (operands swapped), 6/8 rows32d/rows64d (design D).
 # kernel/ops.py TIERS; a test holds this copy to it and to the rows_per_tile the micro and
 # validation files record.
-TIER_ROWS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64}
-TIER_FAMILY = {0: "rows64", 1: "small", 2: "small", 4: "small", 6: "rows32d", 8: "rows64d"}
+TIER_ROWS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64, 9: 64}
+TIER_FAMILY = {0: "rows64", 1: "small", 2: "small", 4: "small", 6: "rows32d", 8: "rows64d", 9: "rows64d_pair"}
 BENCH_COLUMNS = ("sweep", "S", "prefix_lens", "T", "H", "layout", "page_size", "batch", "impl",
                  "time_us", "bytes", "flops", "GBps", "TFLOPs", "roofline_us", "frac_roofline")
 
@@ -54,6 +54,9 @@ KINDS = {
                "(phase 2)",
     "fixed_cost": "a call's time against S at T = 1 and 8 and its fixed cost, both pools (phase 2)",
     "trace": "per-CTA phase timestamps of one call from the diagnostic build (phase 2)",
+    "mma-ldsm-probe": "mma.sync with ldmatrix at 1-8 MMAs per load, SASS-checked, beside its "
+                      "predictions (kernel/NOTES.md)",
+    "sm120_model": "the sm_120 MODEL (not a measurement) built from H200 microbenchmarks (phase 2)",
 }
 
 
@@ -156,6 +159,27 @@ def newest_or_none(data_dir: str | Path, kind: str, *, allow_fixture: bool = Fal
     if not load_all(data_dir, kind):
         return None
     return newest(data_dir, kind, allow_fixture=allow_fixture)
+
+
+# The real-server canary's merged JSON (python -m kernel.sglang.real_server: real-server-*.json).
+REAL_SERVER = "real-server-canary"
+KINDS[REAL_SERVER] = ("the canary between two real SGLang servers on one GPU, its planted fault "
+                      "and step breakdown (phase 3)")
+
+
+def real_server(data_dir: str | Path, *, allow_fixture: bool = False) -> dict | None:
+    """The real-server run phase 3 shows: the newest one on a real server, else the newest
+    emulated one (its "emulated": true, which the page must say), None when there is neither.
+    An emulated run never hides a real one, whatever their dates."""
+    docs = load_all(data_dir, REAL_SERVER) if Path(data_dir).is_dir() else []
+    if not docs:
+        return None
+    for d in docs:   # a job older than its top-level provenance keys recorded the device only
+        for k in ("gpu", "sms", "driver", "cuda", "torch"):
+            d.setdefault(k, (d.get("device") or {}).get(k, "not recorded"))
+        d.setdefault("commit", "not recorded")
+    real = [d for d in docs if not d.get("emulated")]
+    return _showable(max(real or docs, key=lambda d: d["_date"]), allow_fixture)
 
 
 # The KV pool a measurement read (bench rows' and backend cases' "kv_dtype"): SGLang's bf16
@@ -596,15 +620,17 @@ def micro_ladder(docs: list[dict]) -> tuple[pd.DataFrame, list[dict]]:
             .reset_index(drop=True), files)
 
 
-SM120_COLUMNS = ("S", "T", "H", "tier", "h200_us", "sm120_estimate_us", "sm120_memory_us",
-                 "sm120_math_us", "sm120_floor_us", "bound")
+SM120_COLUMNS = ("S", "T", "H", "tier", "clock", "clock_ghz", "h200_us", "h200_overlap",
+                 "sm120_estimate_us", "sm120_overlapped_us", "sm120_memory_us", "sm120_math_us",
+                 "sm120_floor_us", "bound")
 
 
-def sm120_frame(doc: dict, kv_dtype: str = BF16_KV) -> pd.DataFrame:
-    """The microbench file's sm_120 estimate rows on one KV pool (a MODEL built from H200
-    microbenchmarks and assumed sm_120 budgets, not a measurement); empty when the file
-    carries none."""
-    rows = (doc.get("sm120_estimate") or {}).get("rows") or []
+def sm120_frame(doc: dict, kv_dtype: str = BF16_KV, clock: str | None = None) -> pd.DataFrame:
+    """The sm_120 model file's rows (kind "sm120_model", kernel/bench/sm120_estimate.py: a MODEL
+    built from H200 microbenchmarks and sm_120's published figures, not a measurement) on one KV
+    pool at one clock (default: the file's default_clock), with `lowest_estimate` marking the
+    tier whose estimate (the serial bound) is lowest at each shape; empty when it has none."""
+    rows = doc.get("rows") or []
     if not rows:
         return pd.DataFrame()
     df = _pool_rows(pd.DataFrame(rows), kv_dtype)
@@ -612,7 +638,11 @@ def sm120_frame(doc: dict, kv_dtype: str = BF16_KV) -> pd.DataFrame:
         return pd.DataFrame()
     missing = [c for c in SM120_COLUMNS if c not in df]
     if missing:
-        raise MeasurementError(f"{doc['_path']}: sm120_estimate rows lack columns {missing}")
+        raise MeasurementError(f"{doc['_path']}: sm120_model rows lack columns {missing}")
+    clock = clock or doc.get("default_clock")
+    df = df[df["clock"] == clock].copy()
+    if df.empty:
+        raise MeasurementError(f"{doc['_path']}: no sm120_model rows at clock {clock!r}")
     df["tier"] = df["tier"].astype(int)
     df["tile"] = df["tier"].map(tier_name)
     low = df.loc[df.groupby(["S", "T", "H"])["sm120_estimate_us"].idxmin()]
@@ -620,6 +650,22 @@ def sm120_frame(doc: dict, kv_dtype: str = BF16_KV) -> pd.DataFrame:
     df["lowest_estimate"] = [best[(r.S, r.T, r.H)] == r.tier for r in df.itertuples()]
     return df.sort_values(["S", "T", "H", "tier"], ascending=[False, True, True, False]
                           ).reset_index(drop=True)
+
+
+def sm120_clocks_frame(doc: dict, kv_dtype: str = BF16_KV) -> pd.DataFrame:
+    """Per shape, the tier the model ranks lowest at the default clock and its estimate and
+    overlapped bound at every clock of the file (columns "<clock> estimate" / "<clock> overlapped",
+    microseconds; a MODEL, not a measurement)."""
+    base = sm120_frame(doc, kv_dtype)
+    if base.empty:
+        return base
+    out = base[base["lowest_estimate"]][["S", "T", "H", "tier", "tile"]].copy()
+    for clock in doc.get("clocks", {}):
+        at = sm120_frame(doc, kv_dtype, clock).set_index(["S", "T", "H", "tier"])
+        key = list(zip(out["S"], out["T"], out["H"], out["tier"]))
+        out[f"{clock} estimate"] = [at.loc[k, "sm120_estimate_us"] for k in key]
+        out[f"{clock} overlapped"] = [at.loc[k, "sm120_overlapped_us"] for k in key]
+    return out.reset_index(drop=True)
 
 
 def estimate_at(est: pd.DataFrame, tier: int | None, S: int = CENTRE["S"], T: int = CENTRE["T"],
@@ -654,6 +700,8 @@ def _variant_tier(variant: str) -> str:
         return tier_name(int(m.group(1)))
     if variant == "rows64":
         return tier_name(0)
+    if variant.startswith("rows64d_pair"):   # issue 25's opt-in rung (tier 9)
+        return tier_name(9) + (", diagnostic copy" if variant.endswith("_diag") else "")
     m = re.fullmatch(r"rows(32|64)d(_diag)?", variant)
     if m:
         return tier_name(8 if m.group(1) == "64" else 6) + (", diagnostic copy" if m.group(2) else "")

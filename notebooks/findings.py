@@ -283,3 +283,134 @@ def box(findings: list[dict], title: str, rows: str = "") -> str:
 def anchor(name: str) -> str:
     """An HTML anchor a finding links to; the notebooks put one before each section."""
     return f'<a id="{html.escape(name)}"></a>'
+
+
+# -- phase 3: the real-server canary (kernel/sglang/real_server's merged JSON, data.real_server) --
+def real_label(doc: dict) -> str:
+    """What served a real-server file, from the file: "real SGLang <version> server, dummy-weight
+    <N>-layer MLA model, one <GPU>", or an EMULATED label for the job's --emulate run."""
+    if doc.get("emulated"):
+        return ("EMULATED real-server run (rollout.emulator behind the job's launch wrapper: no SGLang, no "
+                f"GPU, no kernel), {doc.get('layers')}-layer model config")
+    ver = (doc.get("bundle") or {}).get("sglang") or next(
+        (str(s.get("server_args", {}).get("version")) for s in ((doc.get("steps") or {}).get("up") or {}).get(
+            "groups", {}).values() if (s.get("server_args") or {}).get("version")), "(version not recorded)")
+    gpu = str(doc.get("gpu", "GPU")).removeprefix("NVIDIA ")
+    return f"real SGLang {ver} server, dummy-weight {doc.get('layers')}-layer MLA model, one {gpu}"
+
+
+def _when(doc: dict) -> str:
+    return f"{str(doc.get('date', ''))[:10]}, {_file(doc)}"
+
+
+def planted_caught(doc: dict) -> dict | None:
+    """The planted-fault run: {"ok", "gate" (the first of the canary's gates that failed), "canary",
+    "after" (its arm after the rollback), "numerics"}; None when the file has no planted step."""
+    p = (doc.get("steps") or {}).get("planted")
+    if not p:
+        return None
+    canary = p.get("canary")
+    failed = next((g for g in p.get("gates") or [] if g.get("group") == canary and g.get("passed") is False), None)
+    return {"ok": p.get("status") == "ok", "gate": failed["gate"] if failed else None,
+            "reason": failed["reason"] if failed else None, "canary": canary,
+            "after": ((p.get("groups_after") or {}).get(canary) or {}).get("arm"),
+            "numerics": p.get("numerics") or {}, "summary": p.get("summary")}
+
+
+def live_canary(doc: dict | None, emulated_decision: str) -> dict:
+    """The index's "canary on a live service" line: the real-server canary when a file of a real
+    run is in the data (its date, GPU, layer count), else only the emulated endpoints."""
+    check = "canary on a live service"
+    if doc is None or doc.get("emulated"):
+        extra = (f"; the newest real-server file is an EMULATED run ({_file(doc)}), not a real server"
+                 if doc is not None else "; no real-server run in the data")
+        return finding("decision", check, f"only emulated endpoints: {emulated_decision}" + extra, "open",
+                       "real-server")
+    steps = doc.get("steps") or {}
+    c, pr = steps.get("canary"), steps.get("promote")
+    pl = planted_caught(doc)
+    parts, ok, missing = [], True, []
+    if c is None:
+        missing.append("canary")
+    else:
+        ok = ok and c.get("status") == "ok"
+        parts.append("canary passed its gates" if c.get("status") == "ok" else f"canary FAILED: {c.get('summary')}")
+    if pl is None:
+        missing.append("planted fault")
+    else:
+        ok = ok and pl["ok"]
+        parts.append(f"a planted verify fault was rolled back at the {pl['gate']} gate" if pl["ok"] else
+                     f"the planted verify fault was NOT handled as it should: {pl['summary']}")
+    if pr is not None:
+        ok = ok and pr.get("status") == "ok"
+        parts.append("promote completed" if pr.get("status") == "ok" else f"promote FAILED: {pr.get('summary')}")
+    if missing:
+        parts.append("not run: " + ", ".join(missing))
+    status = "fail" if not ok else "open" if missing else "pass"
+    word = {"pass": "PASS", "fail": "FAIL", "open": "INCOMPLETE"}[status]
+    return finding("decision", check, f"{word} on a {real_label(doc)} ({_when(doc)}): " + "; ".join(parts), status,
+                   "real-server")
+
+
+def real_speed(doc: dict) -> dict | None:
+    """The real canary's speed gate (its own "ratio" finding), None without a real canary."""
+    sp = ((doc.get("steps") or {}).get("canary") or {}).get("speed") if not doc.get("emulated") else None
+    if not sp or sp.get("ratio") is None:
+        return None
+    c, k, ci = sp.get("candidate") or {}, sp.get("control") or {}, sp.get("ci") or {}
+    text = (f"{sp['ratio']:.3g} (95 % CI {ci.get('low', float('nan')):.3g} to {ci.get('high', float('nan')):.3g}) on "
+            f"the {real_label(doc)} at {sp.get('context_tokens', 0):,} tokens: flash {c.get('median_tok_s') or 0:,.2f} "
+            f"tokens/s ({c.get('median_step_ms') or 0:,.1f} ms a step) against triton "
+            f"{k.get('median_tok_s') or 0:,.2f} ({k.get('median_step_ms') or 0:,.1f} ms)")
+    return finding("ratio", "candidate / control decode speed", text, "pass" if sp.get("passed") else "fail",
+                   "real-speed")
+
+
+def planted(doc: dict | None) -> dict:
+    check = "a wrong verify kernel is caught and rolled back"
+    pl = planted_caught(doc) if doc is not None else None
+    if pl is None:
+        return finding("planted", check, "no real-server run with a planted fault in the data", "open", "real-planted")
+    num = pl["numerics"]
+    text = ((f"caught by the {pl['gate']} gate" if pl["gate"] else "no gate failed")
+            + (f" (top-1 {num['top1_agreement']:.3f}, mean |delta logprob| {num['mean_abs_logprob_diff']:.3g})"
+               if pl["gate"] == "numerics" and num.get("top1_agreement") is not None else "")
+            + f"; {pl['canary']} back on {pl['after']}")
+    if doc.get("emulated"):
+        return finding("planted", check, f"EMULATED only ({_file(doc)}): {text}", "open", "real-planted")
+    return finding("planted", check, f"{text}, on the {real_label(doc)}", "pass" if pl["ok"] else "fail",
+                   "real-planted")
+
+
+def extend_followups(doc: dict | None) -> dict:
+    """Issue 26 on the real server: follow-up TTFT per arm and the prompt's prefill per layer."""
+    check = "follow-up turns and long prompts on the real server (EXTEND over a cached prefix)"
+    e = (doc or {}).get("extend_over_prefix") or {}
+    if not e.get("followup") and not e.get("prefill"):
+        return finding("extend", check, "no real-server measurement of it in the data", "open", "real-extend")
+    parts = []
+    fu, ratio = e.get("followup") or {}, e.get("ratio_triton_over_flash") or {}
+    for n in sorted({n for a in fu.values() for n in a}, key=int):
+        t, f = (fu.get(a, {}).get(n, {}).get("median_ttft_ms") for a in ("triton", "flash"))
+        if t is not None and f is not None:
+            parts.append(f"{int(n)} token{'s' if int(n) > 1 else ''} {t:,.1f} -> {f:,.1f} ms"
+                         + (f" ({ratio[n]:,.1f}x)" if ratio.get(n) else ""))
+    text = (f"TTFT of a follow-up after {e.get('context_tokens') or 0:,} cached tokens, triton -> flash: "
+            + "; ".join(parts)) if parts else "no follow-up timed"
+    pre = e.get("prefill") or {}
+    if isinstance(pre.get("triton"), dict) and isinstance(pre.get("flash"), dict):
+        t, f = pre["triton"], pre["flash"]
+        if t.get("measured") and f.get("measured"):
+            text += (f"; prefill of the prompt {t['prefill_ms_per_layer'] / 1000:,.2f} -> "
+                     f"{f['prefill_ms_per_layer'] / 1000:,.2f} s per layer")
+    g = e.get("greedy")
+    if g:
+        text += "; greedy tokens " + ("equal on both arms" if g.get("equal") else
+                                      f"not compared ({'; '.join(g['errors'].values())[:160]})" if g.get("errors")
+                                      else f"DIFFER from token {g.get('first_divergence')}")
+    if e.get("error"):
+        text += f"; error: {e['error'][:160]}"
+    if doc.get("emulated"):
+        return finding("extend", check, f"EMULATED only ({_file(doc)}): {text}", "open", "real-extend")
+    return finding("extend", check, f"{text} ({real_label(doc)})",
+                   "fail" if g and not g.get("equal") and not g.get("errors") else "info", "real-extend")

@@ -64,7 +64,9 @@ COLUMNS = {
     "softmax_only": "softmax alone, clk/tile", "adds_softmax": "softmax adds, clk",
     "adds_qk": "QK adds, clk", "adds_pv": "PV adds, clk",
     "h200_us": "H200 full kernel, us (measured)",
-    "sm120_estimate_us": "sm_120 ESTIMATE, us (model)",
+    "h200_overlap": "H200: share of its shorter part hidden (measured)",
+    "sm120_estimate_us": "sm_120 ESTIMATE, us (model: memory + math + merge)",
+    "sm120_overlapped_us": "if fully overlapped, us (model: best case)",
     "sm120_memory_us": "memory part, us (model)", "sm120_math_us": "math part, us (model)",
     "sm120_floor_us": "floor: KV at DRAM speed, us (model)", "bound": "bound (model)",
     "lowest_estimate": "lowest estimate at this shape (model)",
@@ -101,10 +103,10 @@ COLUMNS = {
     "roofline_us": "roofline, us", "roofline_bound": "roofline bound by",
     "vs_centre": "ours / ours at T = 8", "sglang_us": "SGLang extend, us", "step_ms": "ours, ms per 61 layers",
 }
-# The sm_120 model's assumption keys (micro JSON "sm120_estimate.assumptions") as the unit after
-# the value; a key not listed is shown as key = value.
-SM120_ASSUMPTIONS = {"sms": "SMs", "clock_ghz": "GHz SM clock", "dram_GBps": "GB/s DRAM",
-                     "mma_per_clk_sm": "mma.sync per clock per SM"}
+# The sm_120 model's published figures (sm120-model JSON "sm120") as the unit after the value; a
+# key not listed is shown as key = value.
+SM120_ASSUMPTIONS = {"sms": "SMs", "dram_GBps": "GB/s DRAM", "l2_MB": "MB L2",
+                     "mma_per_clk_sm": "mma.sync per clock per SM", "ctas_per_sm": "CTA per SM"}
 NA_NOTE = ("n/a: that implementation did not run at this shape in the benchmark (SGLang's "
            "split-KV verify refuses some shapes and handles chain trees only; naive PyTorch is "
            "skipped where its scores would not fit in memory).")

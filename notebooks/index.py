@@ -20,7 +20,8 @@ HEADLINE = (("02_paged_bf16", "correctness"), ("02_paged_bf16", "centre"),
             ("02_paged_bf16", "tiers"), ("02_paged_bf16", "step"),
             ("02_paged_bf16", "backend"), ("02_paged_bf16", "fp8"), ("02_paged_bf16", "dcp"),
             ("03_canary_ab", "decision"),
-            ("03_canary_ab", "ratio"), ("02_paged_bf16", "production"))
+            ("03_canary_ab", "ratio"), ("03_canary_ab", "planted"), ("03_canary_ab", "extend"),
+            ("02_paged_bf16", "production"))
 
 
 def read_record(path: Path) -> dict | None:
@@ -48,9 +49,13 @@ def _sources(rec: dict) -> str:
 
 def _how(rec: dict) -> str:
     if rec.get("emulated") is not None:
+        rs = rec.get("real_server")
+        real = ("; no real-server canary in the data" if rs is None else
+                f"; the real-server canary from {rs['file']}: {rs['label']}" + (
+                    "" if rs["emulated"] else f", {str(rs['date'])[:10]}"))
         return "A/B run when the report was rendered" + (
             "; the emulators' speed model reads the recorded measurements below"
-            if rec.get("sources") else "")
+            if rec.get("sources") else "") + (real if "real_server" in rec else "")
     return ("measured anew for this report" if rec.get("measured_now") else
             "rendered from recorded measurements")
 

@@ -7,6 +7,14 @@ ones (drift hits both arms). tokens/s per request = tokens after the first chunk
 the first chunk to the last, from the stream's arrival times (prefill and TTFT excluded).
 Pass when median(candidate)/median(control) >= 1 - threshold and the bootstrap CI's lower
 bound is too.
+
+Clock: a real server is timed by arrival on this machine ("wall"). When every live endpoint is
+the project's emulator (rollout/emulator.py, which says so in /server_info), the stream's times
+are the emulator's modelled clock instead (meta_info `emulated_clock_s`, "emulated"): the
+emulator sleeps what its speed model says, but on a busy machine the arrival times would add
+the machine's load to either arm, and the verdict between two models must not depend on it.
+Both clocks are in seconds of this machine's time at the emulator's --time-scale, so on an idle
+machine they agree; the result names the one it used.
 """
 from __future__ import annotations
 
@@ -19,6 +27,8 @@ from rollout.endpoint_info import describe, provenance
 from rollout.stats import bootstrap_ratio_ci, ratio_of_medians
 
 TOKEN_LO, TOKEN_HI = 1000, 31000  # inside any Kimi/DeepSeek vocabulary, clear of special tokens
+CLOCKS = ("wall", "emulated")
+EMULATED_CLOCK = "emulated_clock_s"   # rollout/emulator.py: CLOCK_KEY
 
 
 def make_input_ids(context_tokens: int, seed: int) -> list[int]:
@@ -26,11 +36,22 @@ def make_input_ids(context_tokens: int, seed: int) -> list[int]:
     return [rng.randrange(TOKEN_LO, TOKEN_HI) for _ in range(context_tokens)]
 
 
-def measure(url: str, ids: list[int], max_new_tokens: int, timeout: float, api_key: str | None = None) -> dict:
-    """One streaming request; returns tokens/s (decode), accept length, cached tokens, TTFT (s)."""
+def measure(url: str, ids: list[int], max_new_tokens: int, timeout: float, api_key: str | None = None,
+            clock: str = "wall") -> dict:
+    """One streaming request; returns tokens/s (decode), accept length, cached tokens, TTFT (s).
+
+    clock: "wall" times chunks by their arrival here; "emulated" by the emulator's modelled
+    clock in each chunk's meta_info (EndpointError when a chunk lacks it)."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
     body = {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0,
                                                   "ignore_eos": True}}
     chunks = list(stream_generate(url, body, timeout=timeout, api_key=api_key))
+    if clock == "emulated":
+        if any(EMULATED_CLOCK not in c.get("meta_info", {EMULATED_CLOCK: 0}) for _, c in chunks):
+            raise EndpointError(f"{url}/generate: a stream chunk without meta_info.{EMULATED_CLOCK}, from an "
+                                "endpoint that says it is the emulator", url, transient=False)
+        chunks = [(c["meta_info"][EMULATED_CLOCK] if "meta_info" in c else t, c) for t, c in chunks]
     marks = [(t, c["meta_info"]["completion_tokens"]) for t, c in chunks if "meta_info" in c]
     marks = [m for i, m in enumerate(marks) if i == 0 or m[1] > marks[i - 1][1]]  # drop the repeated final chunk
     if len(marks) < 2 or marks[-1][0] <= marks[0][0]:
@@ -42,9 +63,9 @@ def measure(url: str, ids: list[int], max_new_tokens: int, timeout: float, api_k
             "accept_length": meta.get("spec_accept_length"), "e2e_latency": meta.get("e2e_latency")}
 
 
-def _arm_summary(samples: list[dict]) -> dict:
+def _arm_summary(samples: list[dict], clock: str) -> dict:
     acc = [s["accept_length"] for s in samples if s["accept_length"] is not None]
-    return {"tok_s": [s["tok_s"] for s in samples], "accept_length": acc,
+    return {"clock": clock, "tok_s": [s["tok_s"] for s in samples], "accept_length": acc,
             "cached_tokens": [s["cached_tokens"] for s in samples],
             "completion_tokens": [s["completion_tokens"] for s in samples],
             "median_tok_s": statistics.median(s["tok_s"] for s in samples),
@@ -74,6 +95,7 @@ def run_ab(candidate_url: str, control_url: str | None, *, context_tokens: int =
     say = progress or (lambda msg: None)
     live = {"candidate": candidate_url} | ({"control": control_url} if control_url else {})
     endpoints = [describe(url, role, api_key=api_key) for role, url in live.items()]
+    clock = "emulated" if all(e["emulated"] for e in endpoints) else "wall"
     ids = make_input_ids(context_tokens, seed)
     warm = {}
     for role, url in live.items():
@@ -87,11 +109,11 @@ def run_ab(candidate_url: str, control_url: str | None, *, context_tokens: int =
         roles = list(live) if r % 2 == 0 else list(reversed(live))
         order.append(roles)
         for role in roles:
-            s = measure(live[role], ids, max_new_tokens, timeout, api_key)
+            s = measure(live[role], ids, max_new_tokens, timeout, api_key, clock)
             samples[role].append(s)
             say(f"round {r + 1}/{rounds} {role}: {s['tok_s']:.2f} tok/s, accept {s['accept_length']}")
-    cand = _arm_summary(samples["candidate"])
-    ctrl = _arm_summary(samples["control"]) if control_url else recorded_control
+    cand = _arm_summary(samples["candidate"], clock)
+    ctrl = _arm_summary(samples["control"], clock) if control_url else recorded_control
     paired = control_url is not None
     ratio = ratio_of_medians(cand["tok_s"], ctrl["tok_s"])
     lo, hi = bootstrap_ratio_ci(cand["tok_s"], ctrl["tok_s"], paired=paired, level=ci_level,
@@ -99,12 +121,13 @@ def run_ab(candidate_url: str, control_url: str | None, *, context_tokens: int =
     floor = 1 - threshold
     passed = ratio >= floor and lo >= floor
     reason = (f"candidate/control decode tok/s = {ratio:.3f} (CI{ci_level:.0%} {lo:.3f}..{hi:.3f}); "
-              f"{'pass' if passed else 'FAIL'}: needs ratio and CI low >= {floor:.3f}")
+              f"{'pass' if passed else 'FAIL'}: needs ratio and CI low >= {floor:.3f}"
+              + (" (timed by the emulators' modelled clock)" if clock == "emulated" else ""))
     return {"kind": "rollout-ab", **provenance(endpoints),
             "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "endpoints": endpoints, "emulated": any(e["emulated"] for e in endpoints),
             "context_tokens": context_tokens, "max_new_tokens": max_new_tokens, "rounds": rounds, "seed": seed,
-            "threshold": threshold, "order": order, "warm": warm,
+            "threshold": threshold, "order": order, "warm": warm, "clock": clock,
             "control_source": "live" if paired else "recorded",
             "candidate": cand, "control": ctrl,
             "ratio": ratio, "ci": {"low": lo, "high": hi, "level": ci_level, "resamples": resamples,

@@ -1,9 +1,10 @@
 """Which verify arm a live SGLang server runs, read from the mla-verify plugin's metrics.
 
-The plugin (kernel/sglang/) publishes these Prometheus series from every scheduler process;
-SGLang exports them on `/metrics` (multiprocess mode) when the server runs with
-`--enable-metrics`. This module is the one reader of that contract, for the rollout tool and
-the phase 3 report alike; the plugin's tests check that what it writes parses here.
+The plugin (kernel/sglang/metrics.py) publishes these Prometheus series from every scheduler
+process; SGLang exports them on `/metrics` (multiprocess mode) when the server runs with
+`--enable-metrics`. Their names belong to the writer (kernel/sglang/metric_names.py, no
+imports); this module is the one reader of that contract, for the rollout tool and the phase 3
+report alike; the plugin's tests check that what it writes parses here.
 
   mla_verify_backend_info{backend, kernel_hash, sglang_version, device}   gauge, 1 per rank
       backend: "flash" (our kernel installed) or "triton" (SGLang's own path)
@@ -11,18 +12,17 @@ the phase 3 report alike; the plugin's tests check that what it writes parses he
   mla_verify_kernel_calls_total                 eager TARGET_VERIFY calls that ran our kernel
   mla_verify_fallbacks_total{reason}            calls that went back to SGLang's kernel
 
-Stdlib only, like the rest of `python -m rollout`.
+Stdlib only, like the rest of `python -m rollout` (metric_names.py imports nothing).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-INFO = "mla_verify_backend_info"
-CAPTURES = "mla_verify_graph_captures_total"
-CALLS = "mla_verify_kernel_calls_total"
-FALLBACKS = "mla_verify_fallbacks_total"
-ARMS = ("flash", "triton")
+from kernel.sglang.metric_names import ARMS, CALLS, CAPTURES, FALLBACKS, INFO
+
+__all__ = ["ARMS", "CALLS", "CAPTURES", "FALLBACKS", "INFO", "ArmReport", "MetricsFormatError", "arm_from_metrics",
+           "parse_prometheus", "read_arm"]
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -16,6 +16,13 @@ an algorithm outside rollout.launch.LOGPROB_ALGORITHMS, such as DDTREE, answers 
 with HTTP 400); --draft-tokens is the tokens verified per request (DFLASH's block, DDTree's
 budget + 1), the T its speed model is at. Faults on demand: see FAULTS; SIGUSR1 makes every later /generate answer 500. Every response carries `X-Emulator: mla-verify` and
 /server_info has "emulator": true.
+
+Time: each delay is slept in real time (time-scaled), so the endpoint behaves like a server for
+deadlines, drains and timeouts. Each request also keeps the emulator's modelled clock, the
+seconds its delays were meant to take (time-scaled, so what an idle machine would measure):
+every /generate chunk's meta_info carries it as `emulated_clock_s` (since the request arrived),
+and the emulator's own latency metrics are read from it. The speed gate times emulators by that
+clock (rollout/ab.py), so a busy machine cannot change a verdict between two emulators.
 """
 from __future__ import annotations
 
@@ -51,6 +58,9 @@ FAULTS = {
     "fail_after": "answer HTTP 500 to every /generate after the --fail-after-th",
 }
 EMULATOR_HEADER = ("X-Emulator", "mla-verify rollout.emulator (not a real SGLang server)")
+CLOCK_KEY = "emulated_clock_s"   # meta_info: the request's modelled seconds so far (rollout/ab.py reads it)
+
+
 class Emulator:
     def __init__(self, args, speed: SpeedModel):
         self.a, self.speed = args, speed
@@ -74,8 +84,11 @@ class Emulator:
     def ready(self) -> bool:
         return not self.draining and time.monotonic() >= self.ready_at
 
-    def sleep_ms(self, ms: float):
-        time.sleep(max(ms, 0.0) * self.a.time_scale / 1000.0)
+    def sleep_ms(self, ms: float) -> float:
+        """Sleep `ms` modelled milliseconds (time-scaled); returns the seconds it meant to sleep."""
+        s = max(ms, 0.0) * self.a.time_scale / 1000.0
+        time.sleep(s)
+        return s
 
     def cached_prefix(self, ids: list[int]) -> int:
         best = 0
@@ -94,7 +107,8 @@ class Emulator:
             self.cache = ([tuple(ids)] + self.cache)[:8]
 
     def generate(self, ids: list[int], sp: dict, *, rid: str, emit, logprob: dict, streaming: bool = False):
-        """Runs one request; calls emit(new_ids, meta_info) per decode step. Returns meta_info."""
+        """Runs one request; calls emit(new_ids, meta_info) per decode step. Returns meta_info.
+        Latencies (meta_info's CLOCK_KEY, the metrics' TTFT, ITL, e2e) are modelled seconds."""
         t0 = time.monotonic()
         max_new = int(sp.get("max_new_tokens", 128))
         ignore_eos = bool(sp.get("ignore_eos", False))
@@ -102,13 +116,13 @@ class Emulator:
         if logprob.get("return_logprob") and logprob.get("logprob_start_len", -1) not in (None, -1):
             # SGLang recomputes the positions whose input logprobs were asked for
             cached = min(cached, int(logprob["logprob_start_len"]))
-        self.sleep_ms((len(ids) - cached) / self.a.prefill_tok_s * 1000.0)
+        clock = self.sleep_ms((len(ids) - cached) / self.a.prefill_tok_s * 1000.0)
         ctx, out, lps, steps, finish = list(ids), [], [], 0, None
         slow = self.a.slow_factor if self.fault == "slower" else 1.0
         ttft, last_t, itl = None, None, []
         while len(out) < max_new and finish is None:
             if out:  # the first token comes from prefill; later ones from verify steps
-                self.sleep_ms(self.speed.step_ms(len(ctx), self.a.arm) * slow)
+                clock += self.sleep_ms(self.speed.step_ms(len(ctx), self.a.arm) * slow)
                 steps += 1
                 want = min(max_new, 1 + int(steps * self.accept_length)) - len(out)
                 path = "verify"
@@ -121,21 +135,20 @@ class Emulator:
                 if not ignore_eos and len(out) >= 4 and tok % 97 == 0:
                     finish = {"type": "stop", "matched": tok}
                     break
-            now_t = time.monotonic()
             if ttft is None:
-                ttft = now_t - t0
+                ttft = clock
             elif last_t is not None:
-                itl += [(now_t - last_t) / len(new)] * len(new)
-            last_t = now_t
+                itl += [(clock - last_t) / len(new)] * len(new)
+            last_t = clock
             if self.fault == "die_midstream" and streaming and len(out) >= max(2, max_new // 2):
                 os._exit(3)  # a crash, not a clean error: the client sees the socket drop
-            emit(new, self.meta(rid, ids, out, cached, steps, None, t0))
+            emit(new, self.meta(rid, ids, out, cached, steps, None, t0, clock))
         finish = finish or {"type": "length", "length": max_new}
-        meta = self.meta(rid, ids, out, cached, steps, finish, t0)
+        meta = self.meta(rid, ids, out, cached, steps, finish, t0, clock)
         if logprob.get("return_logprob"):
             meta.update(self.logprobs(ids, out, lps, logprob))
         self.remember(ids + out)
-        e2e = time.monotonic() - t0
+        e2e = clock
         throughput = len(out) / e2e if e2e > 0 else 0.0
         accept = meta.get("spec_accept_length", 0.0)
         self.metrics.finished(prompt=len(ids), generated=len(out), steps=steps, ttft=ttft or e2e, e2e=e2e,
@@ -144,9 +157,10 @@ class Emulator:
             self.stats.update(last_gen_throughput=throughput, last_accept_length=accept)
         return out, meta
 
-    def meta(self, rid, ids, out, cached, steps, finish, t0) -> dict:
+    def meta(self, rid, ids, out, cached, steps, finish, t0, clock) -> dict:
         m = {"id": rid, "finish_reason": finish, "prompt_tokens": len(ids), "completion_tokens": len(out),
-             "cached_tokens": cached, "reasoning_tokens": 0, "weight_version": "default", "num_retractions": 0}
+             "cached_tokens": cached, "reasoning_tokens": 0, "weight_version": "default", "num_retractions": 0,
+             CLOCK_KEY: clock}
         if finish is not None:
             m["e2e_latency"] = time.monotonic() - t0
             if steps:

@@ -9,7 +9,8 @@ The entrypoint is `sglang serve --model-type llm` (SGLang 0.5.23's recommended o
 sglang.launch_server` still works but warns that `sglang serve` supersedes it; serve loads the
 plugins, then hands the same arguments to the same ServerArgs and run_server; `--model-type llm`
 skips its diffusion-model detection). `sglang` is the console script SGLang installs ([launch]
-`sglang`: the server's PATH, or an absolute path).
+`sglang`: the server's PATH, or an absolute path; an inventory that names only its `python` gets
+the `sglang` beside that interpreter, where pip put it).
 
 The speculative algorithm and its own parameters (ALGORITHM_KEYS), one template:
 - EAGLE3 (the default) with an external draft (`draft_model_path`), for a checkpoint without a
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 BACKEND_ENV = "MLA_VERIFY_BACKEND"
 ARMS = ("triton", "flash")  # control, candidate
@@ -57,9 +59,10 @@ _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # Parameters an inventory's [launch] table may override. model paths have no default:
 # a launch with a guessed model path would load the wrong weights for minutes.
 DEFAULTS = {
-    # the console script `sglang serve` runs from (the server's PATH, or an absolute path)
+    # the console script `sglang serve` runs from (the server's PATH, or an absolute path; unset
+    # with `python` set: the `sglang` beside that interpreter)
     "sglang": "sglang",
-    # the interpreter a group's own `command` may name as {python}; the template does not use it
+    # the interpreter a group's own `command` may name as {python}
     "python": "python",
     "model_path": None,
     # Required with EAGLE3 and DFLASH; leave unset with EAGLE for a checkpoint with a NextN layer.
@@ -174,6 +177,8 @@ def launch_argv(params: dict, *, host: str, port: int, gpus: list[int], arm: str
     if problem:
         raise ValueError(f"[launch] {problem}")
     values.update(host=host, port=port, tp_size=len(gpus), bind_host=values["bind_host"] or host)
+    if "sglang" not in params and "python" in params:   # the environment's own console script
+        values["sglang"] = str(Path(str(params["python"])).with_name("sglang"))
     at = TEMPLATE.index(SPECULATIVE)
     argv = render(TEMPLATE[:at], values) + speculative_flags(values) + render(TEMPLATE[at + 1:], values)
     return argv + [str(a) for a in values["extra_args"]]

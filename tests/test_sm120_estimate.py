@@ -1,9 +1,20 @@
-"""The sm_120 model behind the phase-2 estimate column: MMA counts per tile match the kernel
-memo's budgets, and the memory/math split follows the inputs."""
+"""The sm_120 model (kernel/bench/sm120_estimate.py): its arithmetic on a fixture made of the
+H200's centre-point figures, each of the review's five corrections asserted by a test that the
+old formula fails, and the committed model file recomputed from the committed H200 files."""
+import json
+import re
+from pathlib import Path
+
 import pytest
 
-from kernel.bench.micro import tiles_per_cta
-from kernel.bench.sm120_estimate import SM120, estimate, mmas_per_tile
+from kernel.bench import sm120_estimate as m
+from kernel.bench.sm120_estimate import CLOCKS, SM120, mmas_per_tile, model, tiles_per_cta
+
+DATA = Path(__file__).resolve().parent.parent / "reports" / "data"
+R8 = 628.6e12 / (4096 * 132 * 1.98e9)            # MMAs per clock per SM at the H200's 8-warp ceiling
+READ = 4249.3                                     # the H200 read ceiling, GB/s
+D = READ / 4800.0                                 # its fraction of the H200's 4,800 GB/s spec
+KV = 185000 * 1152 + 8 * 1152                     # the centre's KV bytes
 
 
 def test_mma_counts_match_the_memo():
@@ -15,46 +26,162 @@ def test_mma_counts_match_the_memo():
 def test_tiles_per_cta_is_the_device_schedule():
     assert tiles_per_cta([185000], 8, 8, 64, 132) == 89      # memo: 89 tiles per CTA at the centre
     assert tiles_per_cta([185000], 8, 8, 32, 132) == 178     # two row tiles share the splits
+    from kernel.bench.micro import tiles_per_cta as micro_tiles
+    assert micro_tiles is tiles_per_cta                        # the microbenchmarks use the same one
 
 
-def _rows(clk, frac):
-    base = dict(S=185000, T=1, H=8, tier=1, rows_per_tile=8, tiles_per_cta=89)
-    return [dict(base, stage="full", time_us=70.0, merge_us=5.0, clk_per_tile=clk),
-            dict(base, stage="mma", time_us=40.0, clk_per_tile=clk),
-            dict(base, stage="stream", option="evict_first", time_us=55.0, frac_read_ceiling=frac)]
+def _micro(stream_frac_8=0.78, stream_us_8=64.3):
+    """The H200's centre point (micro-h200-20261201T2000.json, rounded): rows64d (8) and rows32d
+    (6) with their parts, stream alone, math alone and full kernel."""
+    base = dict(S=185000, T=8, H=8, kv_dtype="bfloat16")
+    rows = []
+    for tier, rpt, parts in ((8, 64, dict(math=2476.0, no_qk=1883.0, no_pv=1828.0)),
+                             (6, 32, dict(math=1247.0, no_qk=756.0, no_pv=932.0))):
+        rows += [dict(base, tier=tier, rows_per_tile=rpt, stage="parts", part=k, clk_per_tile=v) for k, v in parts.items()]
+    rows += [dict(base, tier=8, rows_per_tile=64, stage="stream", option="evict_first", time_us=stream_us_8,
+                  frac_read_ceiling=stream_frac_8),
+             dict(base, tier=8, rows_per_tile=64, stage="mma", time_us=111.1, clk_per_tile=2472.0),
+             dict(base, tier=8, rows_per_tile=64, stage="full", time_us=153.7, no_merge_us=149.7, merge_us=4.0,
+                  clk_per_tile=3330.0),
+             dict(base, tier=6, rows_per_tile=32, stage="stream", option="evict_first", time_us=62.3,
+                  frac_read_ceiling=0.805),
+             dict(base, tier=6, rows_per_tile=32, stage="mma", time_us=112.3, clk_per_tile=1249.0),
+             dict(base, tier=6, rows_per_tile=32, stage="full", time_us=153.8, no_merge_us=148.9, merge_us=4.9,
+                  clk_per_tile=1657.0)]
+    return {"kind": "microbench", "sms": 132, "clock_assumed_mhz": 1980.0, "rows": rows,
+            "ceilings": {"read_GBps": READ, "mma_TFLOPs_8_warps_per_sm": 628.6}}
 
 
-def test_memory_bound_when_the_math_is_short():
-    (r,) = estimate(_rows(900.0, 0.9), tiles_per_cta)
-    kv = 185001 * 1152
+def _row(rows, tier, clock="boost"):
+    (r,) = [r for r in rows if r["tier"] == tier and r["clock"] == clock]
+    return r
+
+
+def test_the_arithmetic_on_the_centre_fixture():
+    r = _row(model(_micro(), READ), 8)
+    e = 544 / R8 / ((2476 - 1883) + (2476 - 1828))                  # 0.747: the MMAs' share of the 8-warp pipe
+    nonmma = 2472 - 544 / (R8 * e)                                   # 1,231 clocks of softmax, barriers, skeleton
+    clk = nonmma + 544 / (0.25 * e)
+    tiles = tiles_per_cta([185000], 8, 8, 64, 188)
+    assert r["mma_efficiency"] == pytest.approx(e) and 0.74 < e < 0.75
+    assert r["h200_nonmma_clk_per_tile"] == pytest.approx(nonmma) and 1225 < nonmma < 1240
+    assert r["sm120_clk_per_tile"] == pytest.approx(clk) and r["sm120_tiles_per_cta"] == tiles
+    assert r["sm120_math_us"] == pytest.approx(tiles * clk / 2617)
+    assert r["sm120_memory_us"] == pytest.approx(KV / (1792e3 * D))
+    assert r["sm120_floor_us"] == pytest.approx(KV / 1792e3)
+    assert r["sm120_estimate_us"] == pytest.approx(r["sm120_memory_us"] + r["sm120_math_us"] + 4.0)
     assert r["bound"] == "memory"
-    assert r["sm120_memory_us"] == pytest.approx(kv / (SM120["dram_GBps"] * 1e3 * 0.9))
-    assert r["sm120_estimate_us"] == pytest.approx(r["sm120_memory_us"] + 5.0)
 
 
-def test_math_bound_when_the_tiles_are_slow():
-    (r,) = estimate(_rows(20000.0, 0.9), tiles_per_cta)
-    assert r["bound"] == "math" and r["sm120_math_us"] > r["sm120_memory_us"]
+def test_a_math_is_non_mma_clocks_plus_mmas_at_sm120s_rate_not_the_larger_of_the_two():
+    r = _row(model(_micro(), READ), 8)
+    old = max(2472.0, 544 / 0.25)                                    # the old model: 2,472 clocks a tile
+    assert r["sm120_clk_per_tile"] > 1.6 * old
+    assert r["sm120_clk_per_tile"] == pytest.approx(r["h200_nonmma_clk_per_tile"] + 544 / (0.25 * r["mma_efficiency"]))
 
 
-def test_an_fp8_pool_is_estimated_apart_at_its_own_bytes():
-    """The same shape and tier on both pools gives two rows: the fp8 one at 576 bytes per prefix
-    row, with its own stream efficiency (not the bf16 row's)."""
-    fp8 = [dict(r, kv_dtype="fp8_e4m3") for r in _rows(900.0, 0.5)]
-    rows = {r["kv_dtype"]: r for r in estimate(_rows(900.0, 0.9) + fp8, tiles_per_cta)}
-    assert set(rows) == {"bfloat16", "fp8_e4m3"}
-    kv8 = 185000 * 576 + 1 * 1152
-    assert rows["fp8_e4m3"]["sm120_floor_us"] == pytest.approx(kv8 / (SM120["dram_GBps"] * 1e3))
-    assert rows["fp8_e4m3"]["sm120_memory_us"] == pytest.approx(kv8 / (SM120["dram_GBps"] * 1e3 * 0.5))
-    assert rows["bfloat16"]["stream_efficiency"] == 0.9
+def test_b_memory_does_not_follow_the_tiers_h200_stream_efficiency():
+    a = _row(model(_micro(stream_frac_8=0.78), READ), 8)
+    b = _row(model(_micro(stream_frac_8=0.50), READ), 8)
+    six = _row(model(_micro(), READ), 6)                             # 0.805 on the H200
+    assert a["sm120_memory_us"] == b["sm120_memory_us"] == six["sm120_memory_us"]
+    assert a["sm120_memory_us"] == pytest.approx(KV / (1792e3 * D))  # the old model: KV / (1792 x 0.78)
+    assert a["sm120_in_flight_bytes"] == 2 * 16 * 1152 >= a["sm120_in_flight_need_bytes"]
+
+
+def test_b_too_few_bytes_in_flight_slow_the_memory_term():
+    r = _row(model(_micro(), READ, latency_ns=10000.0), 8)          # 10 us of latency: 95 KB needed per SM
+    assert r["sm120_in_flight_need_bytes"] > r["sm120_in_flight_bytes"]
+    assert r["sm120_memory_us"] == pytest.approx(KV / (1792e3 * D) * r["sm120_in_flight_need_bytes"]
+                                                 / r["sm120_in_flight_bytes"])
+
+
+def test_c_rows32d_runs_one_cta_per_sm_on_sm120():
+    r = _row(model(_micro(), READ), 6)
+    e = 272 / R8 / ((1247 - 756) + (1247 - 932))
+    nonmma = 1249 - 272 / (R8 * e)
+    assert r["lone_cta_factor"] == 2                                 # two CTAs per SM on the H200, one here
+    assert r["sm120_clk_per_tile"] == pytest.approx(2 * nonmma + 272 / (0.25 * e))
+    assert r["sm120_tiles_per_cta"] == tiles_per_cta([185000], 8, 8, 32, 188)   # 188 CTAs, not 376
+    eight = _row(model(_micro(), READ), 8)
+    assert r["sm120_math_us"] > eight["sm120_math_us"]               # the old model ranked rows32d first
+
+
+def test_d_memory_and_math_are_not_assumed_to_overlap():
+    r = _row(model(_micro(), READ), 8)
+    lo, hi = sorted((r["sm120_memory_us"], r["sm120_math_us"]))
+    assert r["sm120_serial_us"] == pytest.approx(lo + hi + 4.0) == r["sm120_estimate_us"]
+    assert r["sm120_overlapped_us"] == pytest.approx(hi + 4.0)
+    # the H200 at the centre: full 149.7 us without merge, math alone 111.1, stream alone 64.3
+    assert r["h200_overlap"] == pytest.approx((111.1 + 64.3 - 149.7) / 64.3) and 0.39 < r["h200_overlap"] < 0.41
+
+
+def test_e_the_clock_is_a_parameter_math_follows_it_memory_does_not():
+    rows = model(_micro(), READ)
+    assert {r["clock"] for r in rows} == set(CLOCKS) and CLOCKS["boost"] == 2.617 and CLOCKS["max_q"] == 2.288
+    boost, maxq = _row(rows, 8, "boost"), _row(rows, 8, "max_q")
+    assert maxq["sm120_math_us"] == pytest.approx(boost["sm120_math_us"] * 2.617 / 2.288)
+    assert maxq["sm120_memory_us"] == boost["sm120_memory_us"]
+    slow = model(_micro(), READ, clocks={"slow": 1.0})
+    assert _row(slow, 8, "slow")["bound"] == "math"
+
+
+def test_published_figures_are_the_constants():
+    assert SM120["sms"] == 188 and SM120["dram_GBps"] == 1792.0 and SM120["l2_MB"] == 128
+    assert SM120["sms"] * 1024 * CLOCKS["boost"] * 1e9 / 1e12 == pytest.approx(504, abs=1)   # TFLOP/s dense
+    assert SM120["mma_per_clk_sm"] * 4096 == 1024
+
+
+def test_a_tier_without_parts_borrows_rows64d_efficiency_and_says_so():
+    mic = _micro()
+    mic["rows"] += [dict(r, tier=4, rows_per_tile=32) for r in mic["rows"]
+                    if r["tier"] == 6 and r["stage"] in ("mma", "full")]
+    r = _row(model(mic, READ), 4)
+    assert r["mma_efficiency"] == _row(model(mic, READ), 8)["mma_efficiency"]
+    assert r["mma_efficiency_source"].startswith("assumed")
+
+
+def test_the_committed_model_file_is_the_model_on_the_committed_h200_files():
+    (path,) = DATA.glob("sm120-model-from-h200-20261201T2000.json")
+    doc = json.loads(path.read_text())
+    micro = json.loads((DATA / doc["inputs"]["micro"]).read_text())
+    bench = json.loads((DATA / doc["inputs"]["bench"]).read_text())
+    again = m.document(micro, bench, doc["inputs"]["micro"], doc["inputs"]["bench"])
+    assert again["rows"] == doc["rows"] and again["lowest_tier"] == doc["lowest_tier"]
+    assert doc["kind"] == "sm120_model" and "not a measurement" in doc["model"]
+
+
+def test_the_default_tier_follows_the_model_at_every_185k_shape_on_both_pools():
+    """pick_tier (static, the H200's choice) is what the corrected model ranks lowest at every
+    185k shape measured, bf16 and fp8 (the old model put rows32d first at the centre)."""
+    from kernel.ops import pick_tier
+    doc = json.loads((DATA / "sm120-model-from-h200-20261201T2000.json").read_text())
+    at185 = [x for x in doc["lowest_tier"] if x["S"] == 185000]
+    assert len(at185) == 12
+    for x in at185:
+        assert pick_tier(x["H"], x["T"], 1, kv_fp8=x["kv_dtype"] == "fp8_e4m3") == x["tier"], x
 
 
 def test_micro_measures_the_default_tier_at_every_shape_on_both_pools():
-    """The estimate can only say which tier a canary should try if the microbenchmarks time the
-    tier the default picks at each of their shapes (bf16 and fp8 pools), and only fp8 tiers on fp8."""
+    """The model can only rank the default tier if the microbenchmarks time the tier the default
+    picks at each of their shapes (bf16 and fp8 pools), and only fp8 tiers on fp8."""
     from kernel.bench.micro import FP8_SHAPES, SHAPES
     from kernel.ops import FP8_TIERS, pick_tier
     for shapes, fp8 in ((SHAPES, False), (FP8_SHAPES, True)):
         for S, T, H, tiers in shapes:
             assert pick_tier(H, T, 1, kv_fp8=fp8) in tiers, (S, T, H, fp8)
             assert not fp8 or set(tiers) <= set(FP8_TIERS), (S, T, H)
+
+
+def test_notes_quote_the_committed_model():
+    """kernel/NOTES.md's sm_120 table and its centre sentence are the model file's numbers."""
+    doc = json.loads((DATA / "sm120-model-from-h200-20261201T2000.json").read_text())
+    notes = re.sub(r"\s+", " ", (DATA.parent.parent / "kernel" / "NOTES.md").read_text())
+    for line in m.notes_lines(doc):
+        assert line in notes, line
+    c = next(r for r in doc["rows"] if (r["kv_dtype"], r["S"], r["T"], r["tier"], r["clock"])
+             == ("bfloat16", 185000, 8, 8, "boost"))
+    assert (f"it takes {c['sm120_estimate_us']:.1f} us, {c['sm120_estimate_us'] / c['sm120_floor_us']:.1f}x its "
+            f"{c['sm120_floor_us']:.1f} us floor, fully overlapped {c['sm120_overlapped_us']:.1f} "
+            f"({c['sm120_overlapped_us'] / c['sm120_floor_us']:.2f}x)") in notes
+    assert f"rows64d {c['sm120_clk_per_tile']:,.0f} clocks per 64-row tile" in notes

@@ -19,24 +19,25 @@ import torch
 
 from ..inputs import make_case
 from ..ops import TIERS, get_workspace, launch
-from .sm120_estimate import SM120, estimate
+from .sm120_estimate import tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES, traffic
 from .timing import log, time_calls
 
-BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
 MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
 MODE_NO_SOFTMAX, MODE_NO_QK, MODE_NO_PV = 16, 32, 64     # the design D tiers' diagnostic copy only
 MODE_NO_PDL = 128                                         # the merge as an ordinary launch
-# rung L2 for the design D tiers (6, 8), part by part: the math on shared-memory-resident tiles with parts left out
+# rung L2 for the design D tiers (6, 8, and 9: rows64d_pair), part by part: the math on
+# shared-memory-resident tiles with parts left out
 PARTS = {"math": 0, "no_softmax": MODE_NO_SOFTMAX, "no_qk": MODE_NO_QK, "no_pv": MODE_NO_PV,
          "softmax_only": MODE_NO_QK | MODE_NO_PV, "skeleton": MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV}
 # the small and design D tiers stream under an L2 evict-first policy; mode 8 measures the plain
 # policy beside it (rows64 has only the plain one)
 STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}
 # (S, T, H, tiers): the centre, the rows of T = 1 and 4, compute-bound T, and a short
-# context; each at its candidate tiers (more row tiles of fewer rows read the KV through L2)
-SHAPES = ((185000, 8, 8, (8, 6, 0, 4, 2, 1)), (185000, 1, 8, (1, 6, 0)), (185000, 4, 8, (4, 6, 2, 1, 8, 0)),
-          (185000, 2, 8, (2, 1, 6, 0)), (185000, 16, 8, (8, 6, 0, 4, 2)), (185000, 32, 8, (8, 6, 0, 4)),
+# context; each at its candidate tiers (more row tiles of fewer rows read the KV through L2);
+# rows64d_pair (9, opt-in) beside rows64d where 64-row tiles serve
+SHAPES = ((185000, 8, 8, (8, 9, 6, 0, 4, 2, 1)), (185000, 1, 8, (1, 6, 0)), (185000, 4, 8, (4, 6, 2, 1, 8, 0)),
+          (185000, 2, 8, (2, 1, 6, 0)), (185000, 16, 8, (8, 9, 6, 0, 4, 2)), (185000, 32, 8, (8, 9, 6, 0, 4)),
           (16384, 8, 8, (8, 6, 0, 4, 2)))
 # the fp8_e4m3 pool: T = 1, 2 and 4 (8 to 32 rows), the centre, and T = 16, 32 (128, 256 rows), at
 # the fp8 tiers that serve them
@@ -65,19 +66,6 @@ def sm_clock_mhz() -> dict:
         return {"sm_now": None, "sm_max": None}
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int) -> int:
-    """16-token tiles of the busiest CTA, by the device's own schedule (verify_common.cuh)."""
-    nrt = [_cdiv(T * H, rows) for _ in prefix_lens]
-    U, total = sum(nrt), sum(n * (s + T) for n, s in zip(nrt, prefix_lens))
-    chunk = _cdiv(total, target - U) if U < target else 1 << 40
-    chunk = _cdiv(max(MIN_CHUNK, chunk), BN) * BN
-    return max(_cdiv(_cdiv(s + T, _cdiv(s + T, chunk)), BN) for s in prefix_lens)
-
-
 def parts(mhz: float) -> list[dict]:
     """The design D tiers' per-tile math with each part left out (clocks per tile, busiest
     CTA), at the centre and at T = 32, where the whole is compute-bound."""
@@ -85,7 +73,7 @@ def parts(mhz: float) -> list[dict]:
     out = []
     for S, T, H in ((185000, 8, 8), (185000, 32, 8)):
         case, o, lse = shape_case(S, T, H)
-        for tier in (8, 6):
+        for tier in (8, 9, 6):
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
             for name, bits in PARTS.items():
                 mode = MODE_NO_LOADS | MODE_NO_MERGE | bits
@@ -140,6 +128,6 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
                     f"merge not as a dependent launch {nopdl:8.1f} us")
         del case, o, lse
         torch.cuda.empty_cache()
-    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "rows": rows,
-            "sm120_estimate": {"model": "estimate, not a measurement: kernel/bench/sm120_estimate.py",
-                               "assumptions": SM120, "rows": estimate(rows, tiles_per_cta)}}
+    # the sm_120 model reads these rows (and the parts' 8-warp ceiling gpu_run adds) into a file
+    # of its own: kernel/bench/sm120_estimate.py
+    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "rows": rows}

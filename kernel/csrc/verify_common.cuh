@@ -209,7 +209,10 @@ struct Item {
 // rounded to BN and ns_b = ceil(L_b / chunk), so that sum_b nrt_b * ns_b <= target: one
 // wave (a second, nearly empty wave would double the time). Items are ordered (request,
 // split, row tile) so that the row tiles reading the same KV range run side by side and
-// share it through L2. `smem_i` needs 64 ints. THREADS: the block size (a multiple of 32, <= 256).
+// share it through L2. With more row tiles than CTAs (an EXTEND of thousands of tokens) every
+// request takes one split and its row tiles stream the KV range in waves, each wave's reads
+// shared through L2. Without a mask (a causal chain) a row tile's items end at its last
+// token's own key. `smem_i` needs 64 ints. THREADS: the block size (a multiple of 32, <= 256).
 // Its cost is latency: one round trip to global memory for the indptr pairs (pass 1 loads
 // them all at once; passes 2 and 3 find them in L1), the item's mask offset (its finder only:
 // loading it in pass 1 cost rows32d_fp8 12 bytes of spills on sm_120), three CTA barriers,
@@ -302,7 +305,16 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
       const int split = local / nrt, rt = local - split * nrt;
       found[0] = b; found[1] = rt; found[2] = split; found[3] = ns; found[4] = nrt;
       found[5] = split * chunk_b;
-      found[6] = min(L, (split + 1) * chunk_b);
+      int p1 = min(L, (split + 1) * chunk_b);
+      if (!p.mask) {
+        // a causal chain: no row of this tile sees a key past its last token's own, so the item
+        // stops there (a causal EXTEND of T new tokens walks its draft block's lower triangle,
+        // not the square); an item wholly past it keeps one key, masked for all its rows, so
+        // every tier still runs at least one tile and stores an empty partial
+        const int last_tok = (int)((min((long long)(rt + 1) * BMR, (long long)r.T * p.H) - 1) / p.H);
+        p1 = min(p1, max(found[5] + 1, r.S + last_tok + 1));
+      }
+      found[6] = p1;
       found[7] = r.S; found[8] = r.T; found[9] = (int)r.qo0;
       found[10] = ns > 1 ? part_excl + local : -1;
       reinterpret_cast<long long*>(found + 12)[0] = r.kv0;   // 8-byte aligned (smem_i + 52)

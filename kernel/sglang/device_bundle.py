@@ -12,7 +12,8 @@ SGLang, no sgl_kernel, and no network. The folder holds:
   extensions, other models and hardware);
 - the wheels of every package SGLang's import and the check's run pull in (measured by a
   probe, below) that the GPU image lacks, at this venv's versions, for cp312 manylinux x86_64;
-- stand-ins for GPU-only imports (standins/: sgl_kernel);
+- stand-ins for GPU-only imports (standins/: sgl_kernel; the check's path may call none of
+  its functions, not even the torch versions the server bundle needs);
 - a dist-info for this project, so SGLang's load_plugins() finds the mla_verify entry point
   (the code itself comes from the repository root, the working directory there);
 - BUNDLE.json: what is in it and how big. The whole must stay under SIZE_LIMIT (a device
@@ -163,6 +164,7 @@ def probe(out_path: str) -> None:
             dists[canonical(d)] = metadata.version(d)
     json.dump({"sglang_modules": sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang.")),
                "distributions": dists, "standins_called": sorted(set(sgl_kernel.called)),
+               "standins_ran": sorted(sgl_kernel.ran),
                "torch": torch.__version__, "triton": triton.__version__, "sglang_file": sglang.__file__},
               open(out_path, "w"), indent=1)
 
@@ -181,6 +183,9 @@ def run_probe(python: str = sys.executable, path=(STANDINS, ROOT)) -> dict:
     if result["standins_called"]:
         raise BundleError(f"the GPU check's path calls sgl_kernel functions the stand-in cannot provide: "
                           f"{result['standins_called']}")
+    if result.get("standins_ran"):
+        # the torch versions exist for the real server; the backend check must measure SGLang's own kernels
+        raise BundleError(f"the GPU check's path runs sgl_kernel's torch stand-ins: {result['standins_ran']}")
     return result
 
 

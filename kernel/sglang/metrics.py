@@ -1,6 +1,7 @@
 """The plugin's Prometheus series: which verify arm each scheduler rank runs, and how often.
 
-Names and labels are the contract in `rollout/arm.py` (its one reader). SGLang exports them
+Names and labels are in metric_names.py, which its one reader, `rollout/arm.py`, imports too
+(data flows from the plugin to the rollout tool, never back). SGLang exports them
 on `/metrics` with `--enable-metrics`: the launcher sets PROMETHEUS_MULTIPROC_DIR before it
 spawns the schedulers (`sglang/srt/utils/common.py: set_prometheus_multiproc_dir`), every
 process writes its samples to files there, and the HTTP server's MultiProcessCollector
@@ -8,11 +9,6 @@ merges them. prometheus_client picks its multiprocess mode when it is first impo
 this module imports it only when a series is first touched (at backend build, in the
 scheduler), never in `register()`, which also runs in the launcher before that variable
 is set.
-
-  mla_verify_backend_info{backend,kernel_hash,sglang_version,device}  gauge, 1 per live rank
-  mla_verify_graph_captures_total{backend}   TARGET_VERIFY CUDA-graph captures
-  mla_verify_kernel_calls_total              eager TARGET_VERIFY calls our kernel served
-  mla_verify_fallbacks_total{reason}         calls handed back to SGLang, by reason kind
 
 The info gauge is 'liveall': one sample per live process (a `pid` label), so a rank that
 died does not count. A process that exits marks itself dead; files a killed process left
@@ -25,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from rollout import arm
+from .metric_names import ARMS, CALLS, CAPTURES, EXTEND_CALLS, EXTEND_FALLBACKS, FALLBACKS, INFO, INFO_LABELS
 
 _series = None
 _LIVE_FILE = re.compile(r"^gauge_live[a-z]+_(\d+)\.db$")
@@ -70,14 +66,14 @@ def series():
             _sweep_dead(directory)
             atexit.register(_mark_self_dead, directory)
         _series = dict(
-            info=Gauge(arm.INFO, "mla-verify: the TARGET_VERIFY attention this rank installed (1 per live rank)",
-                       ["backend", "kernel_hash", "sglang_version", "device"], multiprocess_mode="liveall",
+            info=Gauge(INFO, "mla-verify: the TARGET_VERIFY attention this rank installed (1 per live rank)",
+                       list(INFO_LABELS), multiprocess_mode="liveall",
                        registry=None),
-            captures=Counter(arm.CAPTURES, "mla-verify: TARGET_VERIFY CUDA-graph captures", ["backend"],
+            captures=Counter(CAPTURES, "mla-verify: TARGET_VERIFY CUDA-graph captures", ["backend"],
                              registry=None),
-            calls=Counter(arm.CALLS, "mla-verify: eager TARGET_VERIFY layer calls that ran the kernel",
+            calls=Counter(CALLS, "mla-verify: eager TARGET_VERIFY layer calls that ran the kernel",
                           registry=None),
-            fallbacks=Counter(arm.FALLBACKS, "mla-verify: TARGET_VERIFY calls handed back to SGLang's kernel",
+            fallbacks=Counter(FALLBACKS, "mla-verify: TARGET_VERIFY calls handed back to SGLang's kernel",
                               ["reason"], registry=None),
         )
     return _series
@@ -85,8 +81,8 @@ def series():
 
 def publish_backend(backend: str, device, kernel_hash: str = "") -> None:
     """This rank serves TARGET_VERIFY with `backend` ("flash" or "triton") on `device`."""
-    if backend not in arm.ARMS:
-        raise ValueError(f"backend: expected one of {arm.ARMS}, got {backend!r}")
+    if backend not in ARMS:
+        raise ValueError(f"backend: expected one of {ARMS}, got {backend!r}")
     import sglang
 
     series()["info"].labels(backend=backend, kernel_hash=kernel_hash, sglang_version=sglang.__version__,
@@ -103,3 +99,32 @@ def count_kernel_call() -> None:
 
 def count_fallback(reason: str) -> None:
     series()["fallbacks"].labels(reason=reason).inc()
+
+
+# EXTEND over a cached prefix (extend.py), per forward mode
+_extend_series = None
+
+
+def extend_series():
+    """The two EXTEND counters of this process (created on first use, after `series()`, which
+    sets up the multiprocess bookkeeping once)."""
+    global _extend_series
+    if _extend_series is None:
+        series()
+        from prometheus_client import Counter
+
+        _extend_series = dict(
+            calls=Counter(EXTEND_CALLS, "mla-verify: EXTEND layer calls that ran the kernel, by forward mode",
+                          ["mode"], registry=None),
+            fallbacks=Counter(EXTEND_FALLBACKS, "mla-verify: EXTEND layer calls handed back to SGLang's kernel",
+                              ["mode", "reason"], registry=None),
+        )
+    return _extend_series
+
+
+def count_extend_call(mode: str) -> None:
+    extend_series()["calls"].labels(mode=mode).inc()
+
+
+def count_extend_fallback(mode: str, reason: str) -> None:
+    extend_series()["fallbacks"].labels(mode=mode, reason=reason).inc()

@@ -13,6 +13,9 @@ KIMI_K2 = dict(
     num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64, kv_lora_rank=512, q_lora_rank=1536,
     qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, n_routed_experts=384, n_shared_experts=1,
     num_experts_per_tok=8, first_k_dense_replace=1, n_group=1, topk_group=1, routed_scaling_factor=2.827,
+    # transformers 5's DeepseekV3Config drops these unless given, and SGLang's MoE gate (the NextN
+    # layer's too) reads topk_method: Kimi-K2's config.json values.
+    topk_method="noaux_tc", scoring_func="sigmoid",
     vocab_size=163840, max_position_embeddings=262144, rope_theta=50000.0,
     rope_scaling=dict(type="yarn", factor=64.0, original_max_position_embeddings=4096, beta_fast=1.0, beta_slow=1.0,
                       mscale=1.0, mscale_all_dim=1.0),

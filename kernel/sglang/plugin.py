@@ -1,8 +1,10 @@
-"""SGLang plugin: our kernel serves TARGET_VERIFY of MLA models in an unmodified SGLang.
+"""SGLang plugin: our kernel serves TARGET_VERIFY of MLA models in an unmodified SGLang, and
+with `flash` also their EXTEND over a cached prefix (extend.py, hooked from install()).
 
 SGLang's `load_plugins()` runs in every process it starts (launcher, each TP/scheduler
-worker, detokenizer) and calls `register()` through the entry point in pyproject.toml
-(group `sglang.srt.plugins`, name `mla_verify`). `register()` adds two AFTER hooks:
+worker, detokenizer) and calls the entry point in pyproject.toml (group `sglang.srt.plugins`,
+name `mla_verify`): entry.py, stdlib only, which imports this module and calls `register()`
+(and stops a `flash` process with one line when that import fails). `register()` adds AFTER hooks:
 - `TritonAttnBackend.__init__` (the least invasive hook, sglang.md 3.4 (a)): the backend
   name stays `triton`, so none of SGLang's name-based gates change, and the kernel is
   reached only through the existing verify fast-path call site in `forward_extend`,
@@ -37,7 +39,7 @@ import torch
 
 from .. import build
 from . import adapter as sglang_adapter
-from . import dcp_verify, metrics, strict
+from . import dcp_verify, extend, metrics, strict
 from .strict import StrictFlashError
 from .version import check_sglang_version
 
@@ -95,6 +97,7 @@ def install(backend) -> bool:
     else:
         backend.use_verify_shared_kv = True
         backend.verify_shared_kv_fwd = torch.compiler.disable(sglang_adapter.verify_fwd)
+    extend.install(backend)   # EXTEND over a cached prefix, on the same switch (extend.py)
     backend.mla_verify_backend = "flash"
     metrics.publish_backend("flash", device, kernel_hash=build.source_hash())
     logger.info("mla-verify: %s=flash, TARGET_VERIFY on %s runs the mla-verify kernel %s", ENV, device,

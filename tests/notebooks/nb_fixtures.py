@@ -121,10 +121,10 @@ def bench_doc(date: str, seed: int = 0, fp8: bool = True) -> dict:
 
 
 def micro_doc(date: str, seed: int = 0, commit: str = "f1x7u7e0000000") -> dict:
-    """Microbenchmark rows (stream per L2 option, mma, full) per shape and candidate tier, and
-    the sm_120 model's rows built from them by a toy rule."""
+    """Microbenchmark rows (stream per L2 option, mma, full) per shape and candidate tier (the
+    sm_120 model has a file of its own: sm120_model_doc)."""
     rng = np.random.default_rng(seed)
-    rows, est = [], []
+    rows = []
     for S, T, H, tiers in ((185000, 1, 8, (1, 0)), (185000, 4, 8, (4, 1, 0)),
                            (185000, 8, 8, (4, 0)), (16384, 8, 8, (4, 0))):
         kv = (S + T) * 576 * 2
@@ -145,19 +145,9 @@ def micro_doc(date: str, seed: int = 0, commit: str = "f1x7u7e0000000") -> dict:
             rows.append({**base, "stage": "full", "time_us": full, "no_merge_us": full - 5.0,
                          "merge_us": 5.0,
                          "clk_per_tile": (full - 5.0) * 1980 / base["tiles_per_cta"]})
-            memory = kv / (1790.0 * 1e3 * min(frac * 1.2, 0.95))
-            math = mma_us * 0.8
-            est.append({"S": S, "T": T, "H": H, "tier": tier, "h200_us": full,
-                        "stream_efficiency": frac, "sm120_memory_us": memory,
-                        "sm120_math_us": math, "sm120_estimate_us": max(memory, math) + 5.0,
-                        "sm120_floor_us": kv / 1790.0 / 1e3,
-                        "bound": "memory" if memory >= math else "math"})
     return {**header("microbench", date), "commit": commit, "clock_mhz": {"sm_now": 1980.0},
             "clock_assumed_mhz": 1980.0, "rows": rows,
-            "ceilings": {"read_GBps": READ_GBPS, "mma_TFLOPs": MMA_TFLOPS},
-            "sm120_estimate": {"model": "estimate, not a measurement: fixture toy model",
-                               "assumptions": {"sms": 188, "clock_ghz": 2.6, "dram_GBps": 1790.0},
-                               "rows": est}}
+            "ceilings": {"read_GBps": READ_GBPS, "mma_TFLOPs": MMA_TFLOPS}}
 
 
 def backend_doc(date: str, seed: int = 0, fp8: bool = True) -> dict:
@@ -328,7 +318,39 @@ def integration_doc(date: str, seed: int = 0) -> dict:
     return {**header("sglang-integration", date), "layers": 61, "cases": cases}
 
 
-KINDS = ("bench", "validation", "sglang-integration", "microbench", "sglang-backend")
+def sm120_model_doc(date: str, seed: int = 0) -> dict:
+    """The sm_120 model's file (kernel/bench/sm120_estimate.py's schema) by a toy rule, at two
+    clocks: the memory part fixed, the math part inversely proportional to the clock."""
+    rng = np.random.default_rng(seed)
+    clocks = {"boost": 2.617, "max_q": 2.288}
+    rows = []
+    for S, T, H, tiers in ((185000, 1, 8, (1, 0)), (185000, 4, 8, (4, 1, 0)),
+                           (185000, 8, 8, (4, 0)), (16384, 8, 8, (4, 0))):
+        kv = (S + T) * 576 * 2
+        for tier in tiers:
+            memory = kv / (1792.0 * 1e3 * 0.88)
+            math_boost = float(rng.uniform(0.3, 1.5)) * memory
+            h200 = float(rng.uniform(60, 200))
+            for name, ghz in clocks.items():
+                math = math_boost * clocks["boost"] / ghz
+                rows.append({"S": S, "T": T, "H": H, "kv_dtype": "bfloat16", "tier": tier,
+                             "rows_per_tile": {0: 64, 1: 8, 2: 16, 4: 32}[tier], "clock": name,
+                             "clock_ghz": ghz, "h200_us": h200, "h200_overlap": 0.4,
+                             "sm120_memory_us": memory, "sm120_math_us": math, "sm120_merge_us": 5.0,
+                             "sm120_estimate_us": memory + math + 5.0,
+                             "sm120_serial_us": memory + math + 5.0,
+                             "sm120_overlapped_us": max(memory, math) + 5.0,
+                             "sm120_floor_us": kv / 1792.0 / 1e3,
+                             "bound": "memory" if memory >= math else "math"})
+    return {**header("sm120_model", date), "model": "a model, not a measurement: fixture toy model",
+            "inputs": {"micro": "microbench-fixture.json", "bench": "bench-fixture.json", "read_GBps": READ_GBPS},
+            "sm120": {"sms": 188, "dram_GBps": 1792.0, "l2_MB": 128, "mma_per_clk_sm": 0.25, "ctas_per_sm": 1},
+            "clocks": clocks, "default_clock": "boost",
+            "assumptions": {"h200_spec_GBps": 4800.0, "dram_latency_ns": 1000.0, "dram_fraction": 0.88},
+            "rows": rows}
+
+
+KINDS = ("bench", "validation", "sglang-integration", "microbench", "sglang-backend", "sm120_model")
 
 
 def write_fixture_data(data_dir: str | Path, *, kinds=KINDS,
@@ -339,7 +361,8 @@ def write_fixture_data(data_dir: str | Path, *, kinds=KINDS,
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     with_fp8 = {"bench": bench_doc, "validation": validation_doc, "sglang-backend": backend_doc}
-    makers = {**with_fp8, "sglang-integration": integration_doc, "microbench": micro_doc}
+    makers = {**with_fp8, "sglang-integration": integration_doc, "microbench": micro_doc,
+              "sm120_model": sm120_model_doc}
     stamp = date[:19].replace(":", "")
     for kind in kinds:
         doc = makers[kind](date, seed, fp8=fp8) if kind in with_fp8 else makers[kind](date, seed)

@@ -119,11 +119,12 @@ def test_sm120_estimate_is_labelled_an_estimate_wherever_it_appears(page, fixtur
     head = soup.find(id="sm120").find_next("h2").get_text(" ", strip=True)
     assert "ESTIMATE" in head and "not a measurement" in head
     rows = _table(page, "sm_120 ESTIMATE per shape and tier (a model, not a measurement)")
-    est = _doc(fixture_dir, "microbench")["sm120_estimate"]["rows"]
-    e = next(x for x in est if (x["S"], x["T"], x["tier"]) == (185000, 8, 0))
+    est = _doc(fixture_dir, "sm120_model")["rows"]
+    e = next(x for x in est if (x["S"], x["T"], x["tier"], x["clock"]) == (185000, 8, 0, "boost"))
     r = next(r for r in rows if r["S"] == "185,000" and r["T"] == "8"
              and r["tile (query rows)"].startswith("rows64"))
-    assert r["sm_120 ESTIMATE, us (model)"] == f"{e['sm120_estimate_us']:,.1f}"
+    assert r["sm_120 ESTIMATE, us (model: memory + math + merge)"] == f"{e['sm120_estimate_us']:,.1f}"
+    assert r["if fully overlapped, us (model: best case)"] == f"{e['sm120_overlapped_us']:,.1f}"
     assert r["H200 full kernel, us (measured)"] == f"{e['h200_us']:,.1f}"
     prod = next(f for f in index.read_record(page / PAGE)["findings"] if f["id"] == "production")
     assert prod["status"] == "open" and "never run on it" in prod["text"]
@@ -135,6 +136,18 @@ def test_sm120_estimate_is_labelled_an_estimate_wherever_it_appears(page, fixtur
     for m in re.finditer(re.escape(f"{e['sm120_estimate_us']:,.1f} us"), text):
         around = text[max(0, m.start() - 200):m.end()].lower()
         assert "estimate" in around, around
+
+
+def test_sm120_estimate_at_each_clock_moves_only_the_math(page, fixture_dir):
+    doc = _doc(fixture_dir, "sm120_model")
+    rows = _table(page, "sm_120 ESTIMATE of the lowest tier per shape at each SM clock")
+    r = next(r for r in rows if r["S"] == "185,000" and r["T"] == "8")
+    at = {x["clock"]: x for x in doc["rows"] if (x["S"], x["T"]) == (185000, 8)
+          and x["tier"] == min((y for y in doc["rows"] if (y["S"], y["T"], y["clock"]) == (185000, 8, "boost")),
+                               key=lambda y: y["sm120_estimate_us"])["tier"]}
+    assert r["boost 2.617 GHz, estimate, us"] == f"{at['boost']['sm120_estimate_us']:,.1f}"
+    assert r["Max-Q 2.288 GHz, estimate, us"] == f"{at['max_q']['sm120_estimate_us']:,.1f}"
+    assert "Max-Q 2.288 GHz, overlapped, us" in r
 
 
 def test_sm120_resources_per_tier_without_invented_shared_memory(page):

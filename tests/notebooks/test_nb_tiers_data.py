@@ -70,11 +70,13 @@ def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
 def test_recorded_backend_and_estimate_headlines():
     s = data.backend_summary(data.newest(DATA, "sglang-backend"))
     assert (s["n_pass"], s["n_cases"], s["memcheck_clean"]) == (7, 7, True)
-    micro = data.newest(DATA, "microbench")
-    est = data.sm120_frame(micro)
-    e = data.estimate_at(est, 0)
-    assert e is not None and e["h200_us"] < e["sm120_estimate_us"]
-    assert "not a measurement" in micro["sm120_estimate"]["model"]
+    model = data.newest(DATA, "sm120_model")
+    est = data.sm120_frame(model)
+    e = data.estimate_at(est, 8)
+    assert e is not None and e["sm120_overlapped_us"] < e["sm120_estimate_us"]
+    assert e["sm120_floor_us"] < e["sm120_overlapped_us"] and e["bound"] == "memory"
+    assert "not a measurement" in model["model"]
+    assert bool(est.set_index("tier").loc[8].query("S == 185000 and T == 8")["lowest_estimate"].iloc[0])
 
 
 def test_micro_frame_keeps_stage_gaps_as_gaps():

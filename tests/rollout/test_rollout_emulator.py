@@ -12,6 +12,7 @@ from rollout.ab import make_input_ids, measure, run_ab
 from rollout.client import EndpointError, get_json, post_json, request, stream_generate
 from rollout.emulator import start_emulator
 from rollout.numerics import compare
+from rollout.speed_model import SpeedModel
 from rollout_helpers import wait_for
 
 TS = 0.2
@@ -76,6 +77,46 @@ def test_flash_decodes_faster_and_ab_passes(pair):
     # the same judge refuses when the roles are swapped
     back = run_ab(k.url, c.url, context_tokens=4096, max_new_tokens=24)
     assert not back["passed"] and back["ratio"] < 0.8 and "FAIL" in back["reason"]
+
+
+def _modelled_tok_s(data_dir, arm: str, context: int, new_tokens: int, accept: float = 2.5) -> float:
+    """The emulator's model: after the prefill token, verify step k ends with 1 + floor(k x accept)
+    tokens and lasts step_ms(context so far) x TS; decode tok/s = tokens after the first / that time."""
+    speed, out, steps, seconds = SpeedModel(data_dir), 1, 0, 0.0
+    while out < new_tokens:
+        seconds += speed.step_ms(context + out, arm) * TS / 1000
+        steps += 1
+        out = min(new_tokens, 1 + int(steps * accept))
+    return (new_tokens - 1) / seconds
+
+
+def test_the_speed_gate_times_emulators_by_their_modelled_clock(pair, data_dir):
+    # exactly the model's tok/s, however loaded the machine: no arrival time enters it
+    c, k = pair
+    r = run_ab(c.url, k.url, context_tokens=2048, max_new_tokens=16)
+    assert r["clock"] == "emulated" and r["candidate"]["clock"] == "emulated" and "modelled clock" in r["reason"]
+    for role, emu, arm in (("candidate", c, "flash"), ("control", k, "triton")):
+        want = _modelled_tok_s(data_dir, arm, 2048, 16)
+        assert r[role]["tok_s"] == pytest.approx([want] * 5, rel=1e-9), (role, r[role]["tok_s"], want)
+    chunks = [ch["meta_info"] for _, ch in stream_generate(c.url, {"input_ids": [5, 6, 7], "sampling_params": {
+        "max_new_tokens": 8, "ignore_eos": True}})]
+    clocks = [m["emulated_clock_s"] for m in chunks]
+    assert clocks == sorted(clocks) and clocks[0] > 0 and clocks[-1] == chunks[-1]["emulated_clock_s"]
+
+
+def test_measure_names_a_bad_clock_and_a_stream_without_the_modelled_clock(pair, monkeypatch):
+    c, _ = pair
+    with pytest.raises(ValueError, match="clock"):
+        measure(c.url, [5, 6, 7], 8, timeout=10, clock="sundial")
+    assert measure(c.url, [5, 6, 7], 8, timeout=10, clock="wall")["completion_tokens"] == 8
+    import rollout.ab as ab
+
+    real = ab.stream_generate
+    monkeypatch.setattr(ab, "stream_generate", lambda *a, **kw: (
+        (t, {**ch, "meta_info": {k: v for k, v in ch["meta_info"].items() if k != "emulated_clock_s"}})
+        for t, ch in real(*a, **kw)))
+    with pytest.raises(EndpointError, match="without meta_info.emulated_clock_s"):
+        measure(c.url, [5, 6, 7], 8, timeout=10, clock="emulated")
 
 
 def test_ab_bad_arguments_are_named(pair):

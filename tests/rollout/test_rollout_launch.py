@@ -123,3 +123,11 @@ def test_sglang_0523_parser_accepts_the_template():
                    "cuda_graph_max_bs_decode": 8, "enable_metrics": True}
     # and the pre-0.5.23 flag really is refused by the same parser, so the check above can fail
     assert r.returncode == 2 and "ambiguous option: --cuda-graph-max-bs" in r.stderr
+
+
+def test_the_console_script_beside_the_inventorys_python():
+    a = launch_argv({**PARAMS, "python": "/opt/venv/bin/python"}, host="h", port=1, gpus=[0], arm="flash")
+    assert a[:2] == ["/opt/venv/bin/sglang", "serve"]
+    a = launch_argv({**PARAMS, "python": "/opt/venv/bin/python", "sglang": "/usr/bin/sglang"}, host="h", port=1,
+                    gpus=[0], arm="flash")
+    assert a[0] == "/usr/bin/sglang"

@@ -1,22 +1,15 @@
-"""The plugin reaches SGLang through its own mechanism: entry point -> load_plugins() -> hook."""
+"""The plugin reaches SGLang through its own mechanism: entry point -> load_plugins() -> hook.
+(The entry point itself: test_sglang_plugin_entry.py.)"""
 import inspect
 import os
 import subprocess
 import sys
 import textwrap
-from importlib.metadata import entry_points
 
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
 from kernel.sglang import plugin as sglang_plugin
-
-
-def test_entry_point_is_installed_in_sglang_group():
-    eps = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == "mla_verify"]
-    assert len(eps) == 1, "pip install -e . did not register the sglang.srt.plugins entry point"
-    assert eps[0].value == "kernel.sglang.plugin:register"
-    assert eps[0].load() is sglang_plugin.register
 
 
 def test_load_plugins_installed_the_after_hook_on_the_real_backend_init():

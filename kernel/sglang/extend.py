@@ -1,0 +1,223 @@
+"""SGLang EXTEND over a cached prefix -> our kernel, or SGLang's extend_attention_fwd.
+
+On the triton backend an MLA model's EXTEND runs the absorbed path whenever the batch has a
+cached prefix (`models/deepseek_common/attention_backend_handler.py: handle_attention_triton`),
+and always under SGLang's prefill CUDA graph (breakable, the default on CUDA, pins MLA). That path
+ends in `TritonAttnBackend.forward_extend`, which first writes the new tokens' latent rows into
+the pool (save_kv_cache, SGLang's code), routes DCP, deterministic and dense-MHA batches to their
+own kernels, and then calls `self._forward_extend_kernel(layer, *extend_attention_fwd's
+arguments)`: this kernel's computation with a causal block of new tokens (custom_mask None),
+qo_indptr over the new tokens, kv_indptr / kv_indices over the cached prefix only, and the new
+tokens' K (= V's 512 columns) in k_extend, which SGLang's kernel reads from there too, not from
+the pool. SGLang has no slot for EXTEND (TARGET_VERIFY's is use_verify_shared_kv), so
+`install` wraps two methods of a flash target backend instance:
+- forward_extend: notes the batch's forward mode for the call; everything SGLang does in it
+  (the KV write, the routing, the output buffer) runs unchanged;
+- _forward_extend_kernel: EXTEND and MIXED batches of an absorbed MLA layer (qk 576, v 512) go to
+  our kernel, which writes SGLang's o in place; anything else goes to SGLang's call as before.
+
+What is not ours is never counted: TARGET_VERIFY (the adapter's), and the MHA layers SGLang
+uses for a prefix-less EXTEND without a prefill graph (192/128 heads, not the latent
+computation). Every absorbed EXTEND call the kernel does not serve is a fallback: counted
+(metrics.count_extend_fallback, by forward mode and reason kind) and logged once per (mode,
+kind) with the first occurrence's details; sizes never make a new kind. That includes the
+batches SGLang routes away before the kernel call: under --dcp-size > 1 (its DCP extend), kind
+"dcp". A flash server whose prefill runs on another attention backend never brings an EXTEND
+here: `install` logs that once.
+
+The call reads no device memory: SGLang's max_extend_len (max(extend_seq_lens_cpu), a Python int)
+picks the row tier, as the draft length does for TARGET_VERIFY. The kernel's split workspace does
+not grow with the new tokens (more row tiles than CTAs take one split each); the LSE the kernel
+writes and SGLang ignores goes to per-device scratch sized at install from SGLang's prefill token
+bound and grown outside graph capture when a longer extend comes (an EXTEND under capture falls
+back: SGLang 0.5.23 runs prefill attention eagerly, between its graph segments).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..checks import HEAD_DIM, V_DIM, VerifyInputError
+from ..fp8 import FP8
+from . import adapter, metrics, strict
+from .strict import StrictFlashError
+
+logger = logging.getLogger(__name__)
+
+# The forward modes served, by SGLang's ForwardMode name; the label in the metrics is its lower case
+SERVED_MODES = ("EXTEND", "MIXED")
+# extend_attention_fwd's keywords beyond verify_shared_kv_fwd's, at the values forward_extend
+# passes for a plain EXTEND; any other value is a computation the kernel does not do
+PLAIN = dict(lse_extend=None, skip_prefix=False, skip_extend=False, score_mod=None, aux_tensors=None,
+             identity_kv_indices=False)
+DEFAULT_TOKENS = 16384   # SGLang's default --max-prefill-tokens, when no bound can be read
+
+_logged: set[tuple[str, str]] = set()
+_lse: dict[torch.device, torch.Tensor] = {}
+
+
+class _Mode:
+    """The forward mode of the forward_extend call in progress on one backend, else None."""
+    __slots__ = ("mode",)
+
+    def __init__(self):
+        self.mode = None
+
+
+def _label(mode) -> str:
+    return mode.name.lower()
+
+
+def _absorbed(layer) -> bool:
+    return getattr(layer, "qk_head_dim", None) == HEAD_DIM and getattr(layer, "v_head_dim", None) == V_DIM
+
+
+def _fallback(mode: str, kind: str, detail: str) -> None:
+    metrics.count_extend_fallback(mode, kind)
+    if (mode, kind) not in _logged:
+        _logged.add((mode, kind))
+        logger.warning("mla-verify: %s falls back to SGLang's extend_attention_fwd: %s: %s (logged once per "
+                       "reason kind)", mode.upper(), kind, detail)
+
+
+def token_bound() -> int:
+    """The most new tokens one EXTEND batch carries as SGLang is configured: its prefill buffer
+    ceiling or --max-prefill-tokens (--chunked-prefill-size when larger), plus the running
+    requests' decode tokens a mixed chunk adds. A sizing hint only: a larger batch grows the
+    scratch."""
+    try:
+        from sglang.srt.runtime_context import get_schedule, max_prefill_buffer_tokens
+
+        s = get_schedule()
+        n = max(max_prefill_buffer_tokens() or 0, s.max_prefill_tokens or 0, s.chunked_prefill_size or 0)
+        if getattr(s, "enable_mixed_chunk", False):
+            n += s.max_running_requests or 0
+    except Exception as e:   # an unpublished schedule (tools, tests): the default
+        logger.debug("mla-verify: no prefill token bound (%r), EXTEND scratch sized for %d", e, DEFAULT_TOKENS)
+        n = 0
+    return n if n > 0 else DEFAULT_TOKENS
+
+
+def reserve_lse(device, values: int) -> torch.Tensor:
+    """fp32 LSE scratch of at least `values` on `device` (grows, never shrinks). EXTEND runs
+    eagerly, so a replaced buffer may go: no CUDA graph holds it."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    have = _lse.get(device)
+    if have is None or have.numel() < values:
+        have = _lse[device] = torch.empty(values, dtype=torch.float32, device=device)
+    return have
+
+
+def serve(mode: str, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
+          kv_indices, custom_mask, is_causal, mask_indptr, max_len_extend, k_scale, v_scale, sm_scale=None,
+          logit_cap=0.0, skip_prefix_custom_mask=True, sliding_window_size=-1, sinks=None, window_kv_offsets=None,
+          xai_temperature_len=-1, page_size=1, extend_seq_lens_cpu=None, **options) -> bool:
+    """Our kernel for one layer's EXTEND (extend_attention_fwd's arguments as forward_extend
+    passes them; page_size and extend_seq_lens_cpu are not needed: the kernel reads per-token
+    slots and the lengths from the indptrs). True when o_extend was written; False, counted and
+    logged once per reason kind, for anything it cannot serve exactly."""
+    unknown = sorted(set(options) - set(PLAIN))
+    if unknown:
+        _fallback(mode, "extend_options", f"extend_attention_fwd keywords the plugin does not know: {unknown}")
+        return False
+    # identity: the plain values are None / False singletons, and a tensor must not meet ==
+    odd = sorted(k for k, v in options.items() if v is not PLAIN[k])
+    if odd:
+        _fallback(mode, "extend_options", f"extend_attention_fwd called with {odd} (a score mod, an LSE "
+                  "output or a partial prefix/extend pass: not a plain EXTEND)")
+        return False
+    reason = adapter.unsupported_reason(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
+                                        kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr, k_scale,
+                                        v_scale, sm_scale, logit_cap, skip_prefix_custom_mask, sliding_window_size,
+                                        sinks, window_kv_offsets, xai_temperature_len)
+    if reason is not None:
+        _fallback(mode, *reason)
+        return False
+    if adapter._capturing(q_extend):
+        _fallback(mode, "graph_capture", "EXTEND attention under CUDA-graph capture (SGLang 0.5.23 runs it eagerly; "
+                  "the plugin sizes its scratch for eager calls)")
+        return False
+    m = adapter.ops()
+    workspace = m.get_workspace(q_extend.device)
+    bs = qo_indptr.shape[0] - 1
+    if bs > workspace.max_bs:
+        _fallback(mode, "batch_size", f"batch of {bs} requests exceeds the workspace's max_bs {workspace.max_bs}")
+        return False
+    N, H = q_extend.shape[0], q_extend.shape[1]
+    lse = reserve_lse(q_extend.device, N * H)
+    scales = dict(k_scale=float(k_scale), v_scale=float(v_scale)) if k_buffer.dtype == FP8 else {}
+    try:
+        m.verify_attention(q_extend, k_buffer, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr,
+                           float(sm_scale), **scales, out=o_extend, lse_out=lse[:N * H].view(N, H),
+                           workspace=workspace, max_draft_len=adapter._draft_len(max_len_extend))
+    except VerifyInputError as e:   # its shape checks, before anything is launched or written
+        _fallback(mode, "kernel_rejected", f"kernel.ops rejected the call: {e}")
+        return False
+    metrics.count_extend_call(mode)
+    return True
+
+
+def install(backend) -> None:
+    """Route a flash target TritonAttnBackend's EXTEND to the kernel (hooks on the instance).
+    Call once, from plugin.install, after its strict checks. Raises StrictFlashError when
+    SGLang's methods are not there to hook (EXTEND would silently stay on SGLang's kernel)."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    if getattr(backend, "mla_verify_extend", False):
+        return   # hooked already (a second install on the same backend would only wrap the wrappers)
+    for name in ("forward_extend", "_forward_extend_kernel"):
+        if not callable(getattr(backend, name, None)):
+            raise StrictFlashError(strict._msg(f"this SGLang's TritonAttnBackend has no {name}", "the plugin "
+                                               "routes EXTEND through it, so EXTEND would stay on SGLang's kernel",
+                                               "SGLang 0.5.23 (kernel/sglang/version.py)"))
+    served = {getattr(ForwardMode, name) for name in SERVED_MODES}
+    state = _Mode()
+    forward_extend, forward_kernel = backend.forward_extend, backend._forward_extend_kernel
+
+    def _forward_extend(q, k, v, layer, forward_batch, *args, **kwargs):
+        mode = forward_batch.forward_mode
+        if getattr(backend, "dcp_size", 1) > 1 and mode in served and _absorbed(layer):
+            _fallback(_label(mode), "dcp", f"--dcp-size {backend.dcp_size}: SGLang's forward_extend sends every "
+                      "extend to its DCP kernel (the plugin's DCP path serves TARGET_VERIFY only)")
+        state.mode = mode
+        try:
+            return forward_extend(q, k, v, layer, forward_batch, *args, **kwargs)
+        finally:
+            state.mode = None
+
+    def _forward_extend_kernel(layer, *args, **kwargs):
+        mode = state.mode
+        if mode is None or mode.is_target_verify() or not _absorbed(layer):
+            return forward_kernel(layer, *args, **kwargs)
+        if mode not in served:
+            _fallback(_label(mode), "forward_mode", f"forward mode {mode.name} (the plugin serves "
+                      f"{', '.join(SERVED_MODES)})")
+        elif getattr(backend, "dllm_attention", None) is None and serve(_label(mode), *args, **kwargs):
+            return None
+        return forward_kernel(layer, *args, **kwargs)
+
+    backend.forward_extend = _forward_extend
+    backend._forward_extend_kernel = torch.compiler.disable(_forward_extend_kernel)
+    device = torch.device(backend.device)
+    reserve_lse(device, token_bound() * backend.num_head)
+    backend.mla_verify_extend = True
+    prefill = _prefill_backend()
+    if prefill not in (None, "triton"):
+        logger.warning("mla-verify: EXTEND runs on the %r attention backend (--prefill-attention-backend), not on "
+                       "the triton backend the plugin hooks: only TARGET_VERIFY runs the kernel", prefill)
+    else:
+        logger.info("mla-verify: EXTEND over a cached prefix on %s runs the mla-verify kernel", device)
+
+
+def _prefill_backend() -> str | None:
+    """The attention backend SGLang's published ServerArgs give prefill (EXTEND), or None."""
+    try:
+        from sglang.srt.arg_groups.model_override_base import attention_backends_of
+        from sglang.srt.runtime_context import get_server_args
+
+        return attention_backends_of(get_server_args())[0]
+    except Exception:
+        return None

@@ -1,0 +1,5 @@
+import sys
+
+from .job import main
+
+sys.exit(main())

@@ -1,0 +1,259 @@
+"""The launch environment of SGLang 0.5.23's real server on the GPU machine: where everything
+lives (Paths, one state root under /tmp), the unpacked server bundle, the launch wrapper, the
+runtime inventory and the planted plugin's temporary dist-info.
+
+How the environment reaches a server: the rollout tool's local launcher starts
+`[launch] python -m sglang.launch_server ...` with its own environment plus
+CUDA_VISIBLE_DEVICES and MLA_VERIFY_BACKEND. `[launch] python` is the wrapper written here
+(<root>/bin/python), which sets everything else and execs the GPU image's python3, so a
+server started by hand from the same inventory gets the same environment:
+  PYTHONPATH            the repository (the plugin's code) : the bundle's site (SGLang, the
+                        wheels, the stand-ins, the plugin's dist-info) [: MLA_VERIFY_EXTRA_PYTHONPATH]
+  SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1   the engine asserts a sglang-kernel version
+  SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python   the Rust tree core links torch 2.14
+  SGLANG_FORCE_FUSED_OP_BACKEND unset      =torch sends the NextN MoE to a CPU path that
+                                           breaks draft CUDA-graph capture
+  CUDA_VISIBLE_DEVICES=0                   every group of this one-GPU machine runs on GPU 0
+                                           (rollout/inventory.py refuses two groups on one GPU
+                                           of one host, so the example labels the second
+                                           group's GPU 1; the wrapper overrides it)
+  MLA_VERIFY_CACHE      the bundle's prebuilt kernel library
+  MLA_VERIFY_STANDIN_LOG, MLA_VERIFY_PLANTED_LOG   which stand-ins / planted faults ran
+  SGLANG_TORCH_PROFILER_DIR                where /start_profile traces go
+MLA_VERIFY_EXTRA_PYTHONPATH is how the planted step gives one server the planted plugin's
+dist-info: the rollout tool passes its own environment through to the servers it starts.
+`<root>/bin/sglang` runs `sglang serve` the same way, for a launch template that uses it.
+With `emulate`, the wrapper runs rollout's emulator instead (emulated_server.py): the job's
+orchestration on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_ROOT = Path("/tmp/mla-real-server")
+EXAMPLE_INVENTORY = ROOT / "rollout" / "inventory.h200-local.toml"
+EXTRA_PATH_ENV = "MLA_VERIFY_EXTRA_PYTHONPATH"
+SERVER_ENV = {
+    "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
+    "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python",
+    "CUDA_VISIBLE_DEVICES": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+UNSET = ("SGLANG_FORCE_FUSED_OP_BACKEND",)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Everything the job keeps on the GPU machine, under one root (survives between device
+    calls while the machine stays warm)."""
+    root: Path = DEFAULT_ROOT
+
+    @property
+    def bundle(self) -> Path:       # the unpacked archive: site/, kernel-cache/
+        return self.root / "bundle"
+
+    @property
+    def site(self) -> Path:
+        return self.bundle / "site"
+
+    @property
+    def kernel_cache(self) -> Path:
+        return self.bundle / "kernel-cache"
+
+    @property
+    def unpacked_stamp(self) -> Path:
+        return self.root / "bundle.json"
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def wrapper(self) -> Path:
+        return self.bin / "python"
+
+    def model(self, layers: int) -> Path:
+        return self.root / "models" / f"L{layers}"
+
+    @property
+    def inventory(self) -> Path:
+        return self.root / "inventory.toml"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "rollout-state"
+
+    @property
+    def rollout_results(self) -> Path:
+        return self.root / "results" / "rollout"
+
+    def step_results(self, layers: int) -> Path:
+        return self.root / "results" / f"L{layers}"
+
+    @property
+    def groups_file(self) -> Path:  # which model the rollout groups were started with
+        return self.root / "groups.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def planted_site(self) -> Path:
+        return self.root / "planted-site"
+
+    @property
+    def standin_log(self) -> Path:
+        return self.root / "standins.log"
+
+    @property
+    def planted_log(self) -> Path:
+        return self.root / "planted.log"
+
+    @property
+    def profiles(self) -> Path:
+        return self.root / "profiles"
+
+    @property
+    def started_once(self) -> Path:  # a server came up here before: SGLang's JIT kernels are compiled
+        return self.root / "jit-warm"
+
+
+def server_env(paths: Paths) -> dict[str, str]:
+    """What the wrapper exports for a real server (besides PYTHONPATH)."""
+    return {**SERVER_ENV, "MLA_VERIFY_CACHE": str(paths.kernel_cache), "MLA_VERIFY_STANDIN_LOG": str(paths.standin_log),
+            "MLA_VERIFY_PLANTED_LOG": str(paths.planted_log), "SGLANG_TORCH_PROFILER_DIR": str(paths.profiles)}
+
+
+def wrapper_script(paths: Paths, *, python: str, emulate: dict | None = None) -> str:
+    """The shell text of <root>/bin/python. emulate: {"time_scale": float} runs the emulator."""
+    q = shlex.quote
+    lines = ["#!/bin/sh", "# Written by kernel/sglang/real_server/environment.py: the launch environment of "
+             "SGLang 0.5.23 from the server bundle."]
+    if emulate is None:
+        path = f"{ROOT}:{paths.site}"
+        env, target = server_env(paths), [python]
+    else:
+        path = str(ROOT)
+        env = {"CUDA_VISIBLE_DEVICES": "0", "MLA_VERIFY_PLANTED_LOG": str(paths.planted_log),
+               "MLA_VERIFY_EMULATOR_TIME_SCALE": str(emulate.get("time_scale", 0.1))}
+        target = [python, "-m", "kernel.sglang.real_server.emulated_server"]
+    lines.append(f'export PYTHONPATH={q(path)}"${{{EXTRA_PATH_ENV}:+:${EXTRA_PATH_ENV}}}"')
+    lines += [f"export {k}={q(v)}" for k, v in env.items()]
+    lines += [f"unset {k}" for k in UNSET]
+    lines.append("exec " + " ".join(q(a) for a in target) + ' "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def write_wrappers(paths: Paths, *, python: str, emulate: dict | None = None) -> Path:
+    """<root>/bin/python (the wrapper) and <root>/bin/sglang (`sglang serve` through it)."""
+    paths.bin.mkdir(parents=True, exist_ok=True)
+    paths.wrapper.write_text(wrapper_script(paths, python=python, emulate=emulate))
+    sglang = paths.bin / "sglang"
+    sglang.write_text(f"#!/bin/sh\nexec {shlex.quote(str(paths.wrapper))} -m sglang.cli.main \"$@\"\n")
+    for f in (paths.wrapper, sglang):
+        f.chmod(0o755)
+    return paths.wrapper
+
+
+def cli_env(paths: Paths, extra: dict | None = None, base: dict | None = None) -> dict[str, str]:
+    """The environment of `python -m rollout ...` (and so of every server it starts): the
+    caller's, with <root>/bin first on PATH and the repository importable."""
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = f"{paths.bin}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT)
+    env.pop(EXTRA_PATH_ENV, None)
+    env.pop("MLA_VERIFY_PLANTED_FAULT", None)
+    for k in UNSET:
+        env.pop(k, None)
+    env.update(extra or {})
+    return env
+
+
+# -- the runtime inventory ---------------------------------------------------------------------
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} {v!r} as TOML")
+
+
+def dump_toml(data: dict) -> str:
+    """TOML text of an inventory-shaped dict (tables of scalars and lists; arrays of tables)."""
+    lines = []
+    for key, value in data.items():
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            lines.append(f"[[{key}]]" if isinstance(value, list) else f"[{key}]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in item.items()]
+            lines.append("")
+    return "\n".join(lines)
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """'key=value' with a TOML value (context_tokens=4096, seed=1)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--gate: expected key=value, got {text!r}")
+    try:
+        return key.strip(), tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"--gate {text!r}: the value is not a TOML value ({e})") from None
+
+
+def runtime_inventory(paths: Paths, layers: int, *, example: Path = EXAMPLE_INVENTORY, ports=None,
+                      gates=None, settings=None) -> dict:
+    """The repository's example inventory with this root's paths, `layers`' model, and the
+    given ports / [gates] / [rollout] overrides. Returns the dict (write_inventory writes it)."""
+    raw = tomllib.loads(Path(example).read_text())
+    raw["launch"].update(python=str(paths.wrapper), model_path=str(paths.model(layers)))
+    raw["rollout"].update(state_dir=str(paths.state_dir), results_dir=str(paths.rollout_results), **(settings or {}))
+    raw.setdefault("gates", {}).update(gates or {})
+    if ports is not None:
+        if len(ports) != len(raw["group"]):
+            raise ValueError(f"--ports: {len(raw['group'])} groups need {len(raw['group'])} ports, got {ports}")
+        for g, port in zip(raw["group"], ports):
+            g["port"] = int(port)
+    return raw
+
+
+def write_inventory(paths: Paths, raw: dict) -> Path:
+    """Write <root>/inventory.toml and validate it with the rollout tool's own loader."""
+    from rollout.inventory import load
+
+    paths.inventory.parent.mkdir(parents=True, exist_ok=True)
+    paths.inventory.write_text("# Written by kernel/sglang/real_server from rollout/inventory.h200-local.toml\n"
+                               + dump_toml(raw))
+    load(paths.inventory)
+    return paths.inventory
+
+
+# -- the planted plugin ------------------------------------------------------------------------
+def write_planted_dist_info(paths: Paths) -> Path:
+    """A dist-info (outside the bundle and the repository) whose only entry point is the
+    planted fault; its folder goes on one server's PYTHONPATH (MLA_VERIFY_EXTRA_PYTHONPATH)."""
+    from .planted_fault import PLANTED_ENTRY_POINT
+
+    d = paths.planted_site / "mla_verify_planted_fault-0.0.0.dist-info"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: mla-verify-planted-fault\nVersion: 0.0.0\n")
+    (d / "entry_points.txt").write_text(f"[sglang.srt.plugins]\n{PLANTED_ENTRY_POINT} = "
+                                        f"kernel.sglang.real_server.planted_fault:register\n")
+    return paths.planted_site
+
+
+def planted_env(paths: Paths) -> dict[str, str]:
+    return {EXTRA_PATH_ENV: str(write_planted_dist_info(paths)), "MLA_VERIFY_PLANTED_FAULT": "1"}
+

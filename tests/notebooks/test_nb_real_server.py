@@ -1,0 +1,212 @@
+"""Phase 3's real-server section and the index's "canary on a live service" line, rendered in smoke
+mode from the real-server job's `--emulate` output (fixtures/real-server-emulated-*.json: "emulated"
+and "fixture" true), from a copy of it that this test turns into what a GPU run writes (still
+"fixture": true, so only a smoke render shows it), and from no file at all. Every number checked
+on the page is computed here from the JSON it was rendered from."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernel.sglang.real_server.breakdown import classify, slopes
+from notebooks import data, findings, index
+
+FIXTURE = sorted((Path(__file__).parent / "fixtures").glob("real-server-emulated-*.json"))[-1]
+SMOKE = ("-p", "smoke", "true", "-p", "context_tokens", "16384", "-p", "rounds", "5",
+         "-p", "max_new_tokens", "4", "-p", "time_scale", "0.01")
+REAL_LABEL = "real SGLang 0.5.23 server, dummy-weight 4-layer MLA model, one H200"
+
+
+def emulated_doc() -> dict:
+    return json.loads(FIXTURE.read_text())
+
+
+def trace(layers: int, steps: int = 3, step_us: int = 10000) -> list[dict]:
+    """A small profiler trace in SGLang's span names: per step a draft graph, a verify graph with
+    our kernel and a GEMM per layer, sampling outside any span."""
+    ev, corr = [], 0
+    for s in range(steps + 1):
+        t = s * step_us
+        ev.append({"ph": "X", "cat": "user_annotation", "name": "draft", "pid": 7, "tid": 1, "ts": t, "dur": 900})
+        corr += 1
+        ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 7, "tid": 1, "ts": t + 10,
+                "dur": 5, "args": {"correlation": corr}},
+               {"ph": "X", "cat": "kernel", "name": "nvjet_gemm", "pid": 0, "tid": 9, "ts": t + 100, "dur": 600,
+                "args": {"correlation": corr}}]
+        ev.append({"ph": "X", "cat": "user_annotation", "name": "step[VERIFY bs=1]", "pid": 7, "tid": 1,
+                   "ts": t + 1000, "dur": 3000 + 400 * layers})
+        corr += 1
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 7, "tid": 1, "ts": t + 1010,
+                   "dur": 5, "args": {"correlation": corr}})
+        for i in range(layers):
+            k = t + 1100 + 400 * i
+            ev += [{"ph": "X", "cat": "kernel", "name": "mla_verify_kernel_small<4>", "pid": 0, "tid": 9, "ts": k,
+                    "dur": 100, "args": {"correlation": corr}},
+                   {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 9, "ts": k + 100, "dur": 300,
+                    "args": {"correlation": corr}}]
+    return ev
+
+
+def as_gpu_run(doc: dict) -> dict:
+    """The emulated run's JSON as a GPU run writes it: a real device, bundle and kernel, and
+    classified breakdowns at 4 and 16 layers with their slope. Still a fixture."""
+    d = copy.deepcopy(doc)
+    device = {"gpu": "NVIDIA H200", "sms": 132, "driver": "580.00", "cuda": "13.0", "torch": "2.11.0"}
+    d.update(emulated=False, fixture=True, **device, commit="c0ffee1",
+             label=f"real SGLang 0.5.23 server, dummy-weight {d['layers']}-layer MLA model, one NVIDIA H200",
+             bundle={"sglang": "0.5.23", "sha256": "ab" * 32}, kernel={"hash": "k3rn3lh45h", "prebuilt": True},
+             device=device, date="2026-12-05T10:00:00Z")
+    d["steps"]["setup"].update(device=device, bundle=d["bundle"], kernel=d["kernel"])
+    by_layers = {n: classify(trace(n), n) for n in (4, 16)}
+    d["breakdowns"] = {str(n): {**d["breakdowns"]["4"], "classified": c} for n, c in by_layers.items()}
+    d["slopes"] = slopes(by_layers)
+    return d
+
+
+def write(dir_: Path, fixture_dir: Path, *docs: dict) -> Path:
+    shutil.copytree(fixture_dir, dir_)
+    for i, doc in enumerate(docs):
+        (dir_ / f"real-server-{i}.json").write_text(json.dumps(doc))
+    return dir_
+
+
+def page_text(tmp_path: Path) -> str:
+    html = (tmp_path / "reports" / "03_canary_ab.html").read_text()
+    html = re.sub(r"<(style|script)\b.*?</\1>", " ", html, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&#x27;", "'").replace("&gt;", ">")
+
+
+def verdict_text(tmp_path: Path) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (tmp_path / "reports" / "index.html").read_text()))
+
+
+# -- loading and findings (no render) ----------------------------------------------------------
+def test_a_real_run_is_shown_before_a_newer_emulated_one(tmp_path):
+    emu, real = emulated_doc(), as_gpu_run(emulated_doc())
+    emu["date"] = "2027-01-01T00:00:00Z"           # newer than the real run
+    d = tmp_path / "d"
+    d.mkdir()
+    assert data.real_server(d, allow_fixture=True) is None
+    (d / "real-server-emulated.json").write_text(json.dumps(emu))
+    assert data.real_server(d, allow_fixture=True)["emulated"] is True
+    (d / "real-server-h200.json").write_text(json.dumps(real))
+    got = data.real_server(d, allow_fixture=True)
+    assert got["emulated"] is False and got["gpu"] == "NVIDIA H200"
+    with pytest.raises(data.MeasurementError, match="test fixture"):
+        data.real_server(d)                          # a fixture never renders outside smoke
+    # a file from before the job wrote top-level provenance: taken from its device record
+    old = {k: v for k, v in real.items() if k not in ("gpu", "sms", "driver", "cuda", "torch", "commit")}
+    old["date"] = "2027-02-01T00:00:00Z"
+    (d / "real-server-h200-old.json").write_text(json.dumps(old))
+    got = data.real_server(d, allow_fixture=True)
+    assert (got["gpu"], got["sms"], got["commit"]) == ("NVIDIA H200", 132, "not recorded")
+
+
+def _loaded(doc, tmp_path, name="real-server-x.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(doc))
+    return data.load_file(p, allow_fixture=True)
+
+
+def test_the_live_canary_line_says_which_it_has(tmp_path):
+    none = findings.live_canary(None, "PASS, on EMULATED endpoints")
+    assert none["status"] == "open" and none["text"].startswith("only emulated endpoints: PASS")
+    assert "no real-server run in the data" in none["text"]
+    emu = findings.live_canary(_loaded(emulated_doc(), tmp_path), "PASS, on EMULATED endpoints")
+    assert emu["status"] == "open" and "is an EMULATED run (real-server-x.json)" in emu["text"]
+    real = _loaded(as_gpu_run(emulated_doc()), tmp_path)
+    line = findings.live_canary(real, "unused")
+    assert line["status"] == "pass" and line["id"] == "decision" and line["check"] == "canary on a live service"
+    assert line["text"].startswith(f"PASS on a {REAL_LABEL} (2026-12-05, real-server-x.json)")
+    assert "rolled back at the numerics gate" in line["text"] and "promote completed" in line["text"]
+    broken = as_gpu_run(emulated_doc())
+    broken["steps"]["planted"]["status"] = "failed"
+    assert findings.live_canary(_loaded(broken, tmp_path), "unused")["status"] == "fail"
+    del broken["steps"]["planted"]
+    assert findings.live_canary(_loaded(broken, tmp_path), "unused")["status"] == "open"
+
+
+def test_the_index_verdict_carries_the_line(tmp_path):
+    real = _loaded(as_gpu_run(emulated_doc()), tmp_path)
+    rec = {"03_canary_ab": {"findings": [findings.live_canary(real, "x"), findings.planted(real),
+                                         findings.extend_followups(real)]}}
+    html = index.verdict(rec)
+    assert f"PASS on a {REAL_LABEL} (2026-12-05" in html and "03_canary_ab.html#real-server" in html
+    assert "03_canary_ab.html#real-planted" in html and "03_canary_ab.html#real-extend" in html
+
+
+# -- rendered pages ----------------------------------------------------------------------------
+def test_the_emulated_run_is_labelled_emulated_everywhere(tmp_path, fixture_dir, cli):
+    doc = emulated_doc()
+    d = write(tmp_path / "data", fixture_dir, doc)
+    assert cli(tmp_path, "phase3", *SMOKE, "-p", "data_dir", str(d)) == 0
+    page = page_text(tmp_path)
+    assert "Real-server canary: an EMULATED run of the job, not a real server" in page
+    assert "EMULATED, not a real server." in page and "Real SGLang server canary" not in page
+    for part in ("the canary's gates", "decode speed per arm", "a planted verify fault", "promote",
+                 "where the flash arm's step goes", "follow-up turns and the prompt's prefill", "server arguments"):
+        assert f"EMULATED real-server run, not a real server: {part}" in page, part
+    assert "Real server:" not in page and "real SGLang 0." not in page
+    # numbers from the JSON
+    e = doc["extend_over_prefix"]
+    assert f"{e['followup']['flash']['256']['median_ttft_ms']:,.1f}" in page
+    assert f"{doc['steps']['canary']['speed']['candidate']['median_tok_s']:,.2f}" in page
+    assert "No profiled breakdown: skipped: the emulator has no profiler." in page
+    rec = index.read_record(tmp_path / "reports" / "03_canary_ab.html")
+    assert rec["real_server"]["emulated"] is True and rec["gate_pass"] is False
+    decision = next(f for f in rec["findings"] if f["id"] == "decision")
+    assert decision["status"] == "open" and decision["text"].startswith("only emulated endpoints")
+    assert "the newest real-server file is an EMULATED run" in verdict_text(tmp_path)
+    assert "Not shown yet: canary on a live service" in verdict_text(tmp_path)
+
+
+def test_a_gpu_run_renders_as_the_real_server_with_its_breakdown(tmp_path, fixture_dir, cli):
+    doc = as_gpu_run(emulated_doc())
+    d = write(tmp_path / "data", fixture_dir, doc)
+    assert cli(tmp_path, "phase3", *SMOKE, "-p", "data_dir", str(d)) == 0
+    page = page_text(tmp_path)
+    assert f"Real SGLang server canary: {REAL_LABEL}" in page
+    for part in ("the canary's gates", "decode speed per arm", "a planted verify fault", "promote",
+                 "where the flash arm's step goes", "follow-up turns and the prompt's prefill", "server arguments"):
+        assert f"Real server: {part}" in page, part
+    assert "EMULATED real-server run" not in page and "EMULATED, not a real server" not in page
+    c4 = doc["breakdowns"]["4"]["classified"]
+    assert f"4 target layers, flash arm: a {c4['step_ms']:,.1f} ms step" in page
+    assert "Per-layer slope: least-squares line over the breakdowns at 4, 16 layers" in page
+    assert f"{doc['slopes']['fits']['step_ms']['per_layer_ms']:,.3f}" in page
+    assert "Caught by the numerics gate" in page and "k3rn3lh45h" in page and "c0ffee1" in page
+    pre = doc["extend_over_prefix"]["prefill"]["flash"]
+    assert f"{pre['prefill_ms_per_layer'] / 1000:,.3f}" in page
+    rec = index.read_record(tmp_path / "reports" / "03_canary_ab.html")
+    assert rec["real_server"] == {"file": "real-server-0.json", "emulated": False, "label": REAL_LABEL,
+                                  "date": "2026-12-05T10:00:00Z", "gpu": "NVIDIA H200", "layers": 4,
+                                  "decision": rec["findings"][0]["text"]}
+    assert rec["gate_pass"] is False            # this page's own A/B still ran on emulators
+    ids = [f["id"] for f in rec["findings"]]
+    assert ids[:4] == ["decision", "ratio", "planted", "extend"] and "emulated-ratio" in ids
+    verdict = verdict_text(tmp_path)
+    assert f"PASS on a {REAL_LABEL} (2026-12-05, real-server-0.json)" in verdict
+    assert "real-server-canary" in verdict and "NVIDIA H200" in verdict
+    # every link from the index to this page lands on an anchor of it; no table header is code
+    html = (tmp_path / "reports" / "03_canary_ab.html").read_text()
+    links = re.findall(r'href="03_canary_ab\.html#([a-z-]+)"', (tmp_path / "reports" / "index.html").read_text())
+    assert {"real-server", "real-speed", "real-planted", "real-extend"} <= set(links)
+    assert all(f'id="{a}"' in html for a in links), links
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", html)
+    assert not [h for h in heads if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", h.strip())]
+
+
+def test_without_a_real_server_file_the_section_says_so(tmp_path, fixture_dir, cli):
+    assert cli(tmp_path, "phase3", *SMOKE, "-p", "data_dir", str(fixture_dir)) == 0
+    page = page_text(tmp_path)
+    assert "Real SGLang server canary: none recorded" in page and "No real-server run in" in page
+    assert "Real server:" not in page and "EMULATED real-server run" not in page
+    rec = index.read_record(tmp_path / "reports" / "03_canary_ab.html")
+    assert rec["real_server"] is None
+    assert "only emulated endpoints" in verdict_text(tmp_path)
+    assert "no real-server run in the data" in verdict_text(tmp_path)
