@@ -34,7 +34,8 @@ def test_example_inventory_renders_the_measured_launch():
         for flag in AUDIT_FLAGS:
             assert f" {flag} " in line + " ", (flag, line)
         assert "--speculative-draft-model-path" not in line and "FORCE_FUSED" not in line
-        assert line.split()[2] == "/tmp/mla-real-server/bin/python"
+        # `sglang serve` through the wrapper's sglang, beside the [launch] python it names
+        assert line.split()[2:4] == ["/tmp/mla-real-server/bin/sglang", "serve"]
 
 
 SGLANG_PARSE = """
@@ -55,8 +56,8 @@ print(json.dumps({k: getattr(a, k) for k in ("load_format", "skip_tokenizer_init
 def test_sglang_0523_parser_accepts_the_example_launch():
     inv = load(envmod.EXAMPLE_INVENTORY)
     argv = make_launcher(inv.groups[1], inv).argv("flash")
-    assert argv[1:3] == ["-m", "sglang.launch_server"]
-    r = subprocess.run([sys.executable, "-c", SGLANG_PARSE, json.dumps(argv[3:])], capture_output=True, text=True,
+    assert argv[1:4] == ["serve", "--model-type", "llm"]
+    r = subprocess.run([sys.executable, "-c", SGLANG_PARSE, json.dumps(argv[4:])], capture_output=True, text=True,
                        timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])

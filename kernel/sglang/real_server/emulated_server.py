@@ -2,7 +2,7 @@
 wrapper, so the real-server job's orchestration runs on a machine without a GPU (tests).
 
 The wrapper execs `python -m kernel.sglang.real_server.emulated_server -m sglang.launch_server
-<SGLang's flags>`; this reads the flags the emulator understands (--host, --port,
+<SGLang's flags>` (or, for <root>/bin/sglang, `-c <the console script's code> serve <flags>`); this reads the flags the emulator understands (--host, --port,
 --model-path, --api-key), takes the arm from MLA_VERIFY_BACKEND as a real server's plugin
 does, and execs `python -m rollout.emulator` in the same process (so the local launcher's
 SIGTERM reaches it). MLA_VERIFY_PLANTED_FAULT=1 on the flash arm becomes the emulator's
@@ -23,7 +23,11 @@ MODULES = ("sglang.launch_server", "sglang.cli.main")
 
 
 def emulator_argv(argv: list[str], env: dict) -> list[str]:
-    """The emulator's argv for a wrapper invocation `argv` (after the interpreter)."""
+    """The emulator's argv for a wrapper invocation `argv` (after the interpreter): `-m
+    sglang.launch_server ...`, or `sglang serve ...` as <root>/bin/sglang runs it (`-c` and the
+    console script's code, environment.SERVE_CODE)."""
+    if len(argv) >= 2 and argv[0] == "-c" and "sglang.cli.main" in argv[1]:
+        argv = ["-m", "sglang.cli.main"] + argv[2:]
     if len(argv) < 2 or argv[0] != "-m" or argv[1] not in MODULES:
         raise SystemExit(f"emulated_server: expected -m {' or -m '.join(MODULES)}, got {argv[:3]}")
     rest = argv[2:]

@@ -2,9 +2,9 @@
 lives (Paths, one state root under /tmp), the unpacked server bundle, the launch wrapper, the
 runtime inventory and the planted plugin's temporary dist-info.
 
-How the environment reaches a server: the rollout tool's local launcher starts
-`[launch] python -m sglang.launch_server ...` with its own environment plus
-CUDA_VISIBLE_DEVICES and MLA_VERIFY_BACKEND. `[launch] python` is the wrapper written here
+How the environment reaches a server: the rollout tool's local launcher starts the launch
+template's `sglang serve ...` (<root>/bin/sglang, beside `[launch] python`) with its own
+environment plus CUDA_VISIBLE_DEVICES and MLA_VERIFY_BACKEND. `[launch] python` is the wrapper written here
 (<root>/bin/python), which sets everything else and execs the GPU image's python3, so a
 server started by hand from the same inventory gets the same environment:
   PYTHONPATH            the repository (the plugin's code) : the bundle's site (SGLang, the
@@ -22,7 +22,9 @@ server started by hand from the same inventory gets the same environment:
   SGLANG_TORCH_PROFILER_DIR                where /start_profile traces go
 MLA_VERIFY_EXTRA_PYTHONPATH is how the planted step gives one server the planted plugin's
 dist-info: the rollout tool passes its own environment through to the servers it starts.
-`<root>/bin/sglang` runs `sglang serve` the same way, for a launch template that uses it.
+`<root>/bin/sglang` runs `sglang serve` the same way, for a launch template that uses it (the
+default one does): the console script's own call, `sglang.cli.main.main()` (SERVE_CODE), since
+`python -m sglang.cli.main` runs that module without calling main() and exits at once.
 With `emulate`, the wrapper runs rollout's emulator instead (emulated_server.py): the job's
 orchestration on a machine without a GPU.
 """
@@ -152,12 +154,16 @@ def wrapper_script(paths: Paths, *, python: str, emulate: dict | None = None) ->
     return "\n".join(lines) + "\n"
 
 
+# What SGLang's `sglang` console script runs (entry point sglang.cli.main:main), as `python -c`.
+SERVE_CODE = "import sys; sys.argv[0] = 'sglang'; from sglang.cli.main import main; sys.exit(main())"
+
+
 def write_wrappers(paths: Paths, *, python: str, emulate: dict | None = None) -> Path:
     """<root>/bin/python (the wrapper) and <root>/bin/sglang (`sglang serve` through it)."""
     paths.bin.mkdir(parents=True, exist_ok=True)
     paths.wrapper.write_text(wrapper_script(paths, python=python, emulate=emulate))
     sglang = paths.bin / "sglang"
-    sglang.write_text(f"#!/bin/sh\nexec {shlex.quote(str(paths.wrapper))} -m sglang.cli.main \"$@\"\n")
+    sglang.write_text(f"#!/bin/sh\nexec {shlex.quote(str(paths.wrapper))} -c {shlex.quote(SERVE_CODE)} \"$@\"\n")
     for f in (paths.wrapper, sglang):
         f.chmod(0o755)
     return paths.wrapper
