@@ -126,6 +126,14 @@ def test_a_reused_suffix_would_show_as_a_cache_hit(arms):
     assert first["cached_tokens"] == len(prompt) and again["cached_tokens"] > len(prompt)
 
 
+def test_prefix_hit_takes_the_prompt_less_its_uncached_tail_and_nothing_of_a_suffix():
+    """SGLang 0.5.23 with EAGLE on the H200 reported 184,999 cached of a 185,000-token prompt
+    (reports/data/real-server-h200-20261202T054726Z.json): a hit, not the miss an exact test said."""
+    assert eop.prefix_hit(184999, 185000) and eop.prefix_hit(185000, 185000)
+    assert not eop.prefix_hit(185001, 185000)      # part of a suffix came from the cache
+    assert not eop.prefix_hit(180000, 185000) and not eop.prefix_hit(None, 185000)
+
+
 def test_counters_read_only_the_plugins_totals(arms):
     c = eop.plugin_counters(arms["flash"])
     assert c and all(k.startswith("mla_verify_") and "_total" in k for k in c)
