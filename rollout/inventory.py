@@ -1,7 +1,7 @@
 """Inventory: the GPU groups of a service and how to start and stop each one (TOML).
 
     [rollout]   canary, max_unavailable, startup/drain/progress deadlines, gate retries,
-                state_dir, results_dir, rollback_all
+                state_dir, results_dir, rollback_all, share_gpus (test rigs only)
     [launch]    parameters of the default SGLang launch template (rollout/launch.py): the
                 speculative algorithm and its own parameters (a key of another one is refused)
     [gates]     numerics, speed and metric thresholds
@@ -50,6 +50,9 @@ ROLLOUT_FIELDS = {
     "state_dir": (str, ".rollout"),
     "results_dir": (str, "reports/data"),
     "rollback_all": (bool, False),
+    # true: groups on one host may list the same GPU. Only for a test rig that runs a control and
+    # a candidate on one card (rollout/inventory.h200-local.toml); a service's group owns its GPUs.
+    "share_gpus": (bool, False),
 }
 GATE_FIELDS = {
     "numerics_prompts": (int, 8),
@@ -339,9 +342,11 @@ def load(path: str | Path) -> Inventory:
             raise InventoryError(f"{where}: field 'port': {g.host}:{g.port} is already used by group {seen_addr[host, g.port]!r}")
         seen_addr[host, g.port] = g.name
         for gpu in g.gpus:
-            if (host, gpu) in seen_gpu:
-                raise InventoryError(f"{where}: field 'gpus': GPU {gpu} on host {g.host!r} is already used by group {seen_gpu[host, gpu]!r}")
-            seen_gpu[host, gpu] = g.name
+            if (host, gpu) in seen_gpu and not settings["share_gpus"]:
+                raise InventoryError(f"{where}: field 'gpus': GPU {gpu} on host {g.host!r} is already used by group "
+                                     f"{seen_gpu[host, gpu]!r} (a test rig with two servers on one card: [rollout] "
+                                     f"share_gpus = true)")
+            seen_gpu.setdefault((host, gpu), g.name)
     if not 1 <= settings["max_unavailable"] < len(groups):
         raise InventoryError(f"{path}: [rollout]: field 'max_unavailable': must be at least 1 and less than the "
                              f"number of groups ({len(groups)}), so one group always serves; got "

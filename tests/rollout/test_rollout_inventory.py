@@ -151,6 +151,21 @@ def test_same_gpu_ids_on_different_hosts_are_fine(tmp_path):
     assert len(load(write(tmp_path, text)).groups) == 3
 
 
+def test_two_groups_on_one_gpu_need_share_gpus(tmp_path):
+    """A service's group owns its GPUs; a test rig (two servers on one card) says so explicitly."""
+    text = GOOD.replace("gpus = [4, 5, 6, 7]", "gpus = [3, 4, 5, 6]")
+    with pytest.raises(InventoryError, match=r"group 'b': field 'gpus': GPU 3 on host 'gpu1' is already used by "
+                                             r"group 'a' .*share_gpus = true"):
+        load(write(tmp_path, text))
+    shared = load(write(tmp_path, text.replace("startup_deadline_s = 900", "startup_deadline_s = 900\nshare_gpus = true")))
+    assert shared.group("b").gpus == [3, 4, 5, 6]
+
+
+def test_the_h200_rig_shares_its_one_gpu():
+    inv = load(REPO / "rollout" / "inventory.h200-local.toml")
+    assert inv.settings["share_gpus"] and [g.gpus for g in inv.groups] == [[0], [0]]
+
+
 def test_local_launcher_accepts_this_hostname(tmp_path):
     text = GOOD.replace('host = "127.0.0.1"', f'host = "{socket.gethostname()}"')
     assert load(write(tmp_path, text)).group("c").host == socket.gethostname()

@@ -89,14 +89,15 @@ def test_wrapper_sets_the_servers_environment(tmp_path):
             "SGLANG_FORCE_FUSED_OP_BACKEND", "CUDA_VISIBLE_DEVICES", "MLA_VERIFY_CACHE", "MLA_VERIFY_STANDIN_LOG",
             "SGLANG_TORCH_PROFILER_DIR", "MLA_VERIFY_BACKEND"]
     code = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {keys!r}}}))"
-    env = dict(os.environ, SGLANG_FORCE_FUSED_OP_BACKEND="torch", CUDA_VISIBLE_DEVICES="1", MLA_VERIFY_BACKEND="flash",
+    env = dict(os.environ, SGLANG_FORCE_FUSED_OP_BACKEND="torch", CUDA_VISIBLE_DEVICES="3", MLA_VERIFY_BACKEND="flash",
                MLA_VERIFY_EXTRA_PYTHONPATH="/planted")
     r = subprocess.run([str(wrapper), "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
+    # the GPU set and the arm are the launcher's (from the group's gpus); the wrapper keeps them
     assert got == {"PYTHONPATH": f"{ROOT}:{paths.site}:/planted", "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
                    "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python", "SGLANG_FORCE_FUSED_OP_BACKEND": None,
-                   "CUDA_VISIBLE_DEVICES": "0", "MLA_VERIFY_CACHE": str(paths.kernel_cache),
+                   "CUDA_VISIBLE_DEVICES": "3", "MLA_VERIFY_CACHE": str(paths.kernel_cache),
                    "MLA_VERIFY_STANDIN_LOG": str(paths.standin_log), "SGLANG_TORCH_PROFILER_DIR": str(paths.profiles),
                    "MLA_VERIFY_BACKEND": "flash"}
     # `sglang serve` goes through the same wrapper: -m sglang.cli.main, with the same environment

@@ -13,10 +13,6 @@ server started by hand from the same inventory gets the same environment:
   SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python   the Rust tree core links torch 2.14
   SGLANG_FORCE_FUSED_OP_BACKEND unset      =torch sends the NextN MoE to a CPU path that
                                            breaks draft CUDA-graph capture
-  CUDA_VISIBLE_DEVICES=0                   every group of this one-GPU machine runs on GPU 0
-                                           (rollout/inventory.py refuses two groups on one GPU
-                                           of one host, so the example labels the second
-                                           group's GPU 1; the wrapper overrides it)
   MLA_VERIFY_CACHE      the bundle's prebuilt kernel library
   MLA_VERIFY_STANDIN_LOG, MLA_VERIFY_PLANTED_LOG   which stand-ins / planted faults ran
   SGLANG_TORCH_PROFILER_DIR                where /start_profile traces go
@@ -44,7 +40,6 @@ EXTRA_PATH_ENV = "MLA_VERIFY_EXTRA_PYTHONPATH"
 SERVER_ENV = {
     "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
     "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python",
-    "CUDA_VISIBLE_DEVICES": "0",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
