@@ -203,7 +203,8 @@ def run_draft_case(spec: dict, model_dir, *, device: str = "cuda", tol: float = 
         publish_server_args(model_dir, device="cuda", page_size=P, draft_tokens=W,
                             **({"kv_cache_dtype": kv} if fp8 else {}))
         h = ExtendHarness(heads=8, page_size=P, layers=layers, max_bs=bs, draft=W, draft_worker=True,
-                          context=_round_up(longest + W + P, max(P, 256)), pool_slots=_round_up(slots + bs * W + 2 * P, P),
+                          context=_round_up(longest + W + P, max(P, 256)),
+                          pool_slots=_round_up(slots + bs * W + 2 * P, P),
                           device=device, arm="flash", kv_dtype=FP8 if fp8 else None)
     except StrictFlashError as e:
         row.update(problems=[f"the plugin refused the flash arm: {e}"], seconds=round(time.time() - t0, 1))
@@ -248,9 +249,9 @@ def run_draft_case(spec: dict, model_dir, *, device: str = "cuda", tol: float = 
     row.update(replay_results=replays, fallbacks=fell, control_tol=control_tol)
     if fell:
         row["problems"].append(f"fallbacks {fell}")
-    row["pass"] = (not row["problems"] and all(
-        r["finite"] and r["rel_err_float64_rows"] <= tol and r["rel_err_all"] <= tol and r["rel_err_graph_vs_eager"] <= tol
-        and r["rel_err_vs_control"] <= control_tol for r in replays))
+    row["pass"] = not row["problems"] and all(
+        r["finite"] and max(r["rel_err_float64_rows"], r["rel_err_all"], r["rel_err_graph_vs_eager"]) <= tol
+        and r["rel_err_vs_control"] <= control_tol for r in replays)
     row["seconds"] = round(time.time() - t0, 1)
     del h, control
     if device == "cuda":
@@ -283,8 +284,8 @@ def run(cases=CASES, draft_cases=DRAFT_CASES, *, device: str = "cuda", log=print
         drafts.append(run_draft_case(spec, model_dir, device=device))
         r = drafts[-1]
         log(f"sglang-extend {spec['name']}: pass={r['pass']} captures {r.get('kernel_captures')} replays "
-            f"{r.get('replay_results')} flash {r.get('flash_ms_per_replay')} ms triton {r.get('control_ms_per_replay')} "
-            f"ms a replay {r['problems']}")
+            f"{r.get('replay_results')} flash {r.get('flash_ms_per_replay')} ms triton "
+            f"{r.get('control_ms_per_replay')} ms a replay {r['problems']}")
     return {"kind": "sglang-extend", "sglang_version": sglang.__version__, "tol": TOL,
             "fp8_control_tol": FP8_CONTROL_TOL, "cases": rows, "draft_cases": drafts,
             "all_pass": all(r["pass"] for r in rows + drafts), "seconds": round(time.time() - t0, 1)}
@@ -297,8 +298,8 @@ def summary_lines(res: dict) -> list[str]:
     for r in res.get("draft_cases", []):
         worst = max((x["rel_err_all"] for x in r.get("replay_results", [])), default=float("nan"))
         vs = max((x["rel_err_vs_control"] for x in r.get("replay_results", [])), default=float("nan"))
-        out.append(f"sglang-extend {r['name']:28s} flash {r.get('flash_ms_per_replay') or float('nan'):9.3f} ms, triton "
-                   f"{r.get('control_ms_per_replay') or float('nan'):9.3f} ms a graph replay, err {worst:.1e}, vs triton "
-                   f"{vs:.1e}, pass={r['pass']}")
+        flash, triton = (r.get(k) or float("nan") for k in ("flash_ms_per_replay", "control_ms_per_replay"))
+        out.append(f"sglang-extend {r['name']:28s} flash {flash:9.3f} ms, triton {triton:9.3f} ms a graph replay, "
+                   f"err {worst:.1e}, vs triton {vs:.1e}, pass={r['pass']}")
     n = len(res["cases"]) + len(res.get("draft_cases", []))
     return out + [f"sglang-extend: {n} cases, all_pass={res['all_pass']}, {res['seconds']:.0f} s"]

@@ -129,7 +129,8 @@ class ExtendHarness(Harness):
         bs, n = graph_bs, graph_bs * W
         fb = types.SimpleNamespace(
             forward_mode=ForwardMode.DRAFT_EXTEND_V2, batch_size=bs, req_pool_indices=buf.req_pool_indices[:bs],
-            seq_lens=buf.seq_lens[:bs], seq_lens_cpu=buf.seq_lens_cpu[:bs], seq_lens_sum=int(buf.seq_lens_cpu[:bs].sum()),
+            seq_lens=buf.seq_lens[:bs], seq_lens_cpu=buf.seq_lens_cpu[:bs],
+            seq_lens_sum=int(buf.seq_lens_cpu[:bs].sum()),
             extend_seq_lens=buf.extend_seq_lens[:bs], extend_seq_lens_cpu=[W] * bs, out_cache_loc=buf.out_cache_loc[:n],
             spec_info=self._draft_extend_input(W, buf.accepted[:bs]), encoder_lens=None, mha_one_shot=False,
             attn_attend_prefix_cache=False, mha_return_lse=False, positions=None)
