@@ -31,6 +31,22 @@ not grow with the new tokens (more row tiles than CTAs take one split each); the
 writes and SGLang ignores goes to per-device scratch sized at install from SGLang's prefill token
 bound and grown outside graph capture when a longer extend comes (an EXTEND under capture falls
 back: SGLang 0.5.23 runs prefill attention eagerly, between its graph segments).
+
+EAGLE's draft model (`install_draft`, from plugin.install for the draft runner's extend backend:
+a TritonAttnBackend with is_draft_runner and not skip_prefill, speculative/draft_utils.py
+_create_triton_prefill_backend): after each verify, EAGLEWorkerV2 (the only EAGLE worker of
+0.5.23) runs the draft model over the verify window, forward mode DRAFT_EXTEND_V2: every request
+extends num_draft_tokens new tokens (the accepted ones first) causally over its committed prefix,
+through the same forward_extend and call site, so the same kernel call serves it. SGLang captures
+it in EAGLEDraftExtendCudaGraphRunner's graphs (one per padded batch size, num_draft_tokens per
+request; replayed with new lengths, padded requests on row 0 with no prefix), so DRAFT_EXTEND(_V2)
+calls are graph-safe: no LSE (nothing reads one: with_lse=False), the tier from max_extend_len
+(the static num_draft_tokens in the graph form), the workspace sized at install, nothing
+allocated or read back; a call under capture counts once in
+mla_verify_extend_graph_captures_total{mode} (its replays run without Python). The draft
+runner's EXTEND and MIXED (the draft model's prefill) are served as the target's; its draft
+decode backends (skip_prefill) stay SGLang's; a draft that is not MLA (EAGLE3's external draft)
+is left to SGLang, logged once.
 """
 from __future__ import annotations
 
@@ -47,6 +63,11 @@ logger = logging.getLogger(__name__)
 
 # The forward modes served, by SGLang's ForwardMode name; the label in the metrics is its lower case
 SERVED_MODES = ("EXTEND", "MIXED")
+# ... and on the draft runner's extend backend besides those: EAGLE's draft extend after each verify
+# (DRAFT_EXTEND_V2 in 0.5.23; DRAFT_EXTEND, the v1 worker's, where an SGLang has it). SGLang captures
+# these in CUDA graphs, so their calls are graph-safe (`serve`).
+DRAFT_MODES = ("DRAFT_EXTEND", "DRAFT_EXTEND_V2")
+GRAPH_LABELS = frozenset(m.lower() for m in DRAFT_MODES)
 # extend_attention_fwd's keywords beyond verify_shared_kv_fwd's, at the values forward_extend
 # passes for a plain EXTEND; any other value is a computation the kernel does not do
 PLAIN = dict(lse_extend=None, skip_prefix=False, skip_extend=False, score_mod=None, aux_tensors=None,
@@ -136,34 +157,45 @@ def serve(mode: str, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
     if reason is not None:
         _fallback(mode, *reason)
         return False
-    if adapter._capturing(q_extend):
+    capturing, graph_safe = adapter._capturing(q_extend), mode in GRAPH_LABELS
+    if capturing and not graph_safe:
         _fallback(mode, "graph_capture", "EXTEND attention under CUDA-graph capture (SGLang 0.5.23 runs it eagerly; "
                   "the plugin sizes its scratch for eager calls)")
         return False
     m = adapter.ops()
-    workspace = m.get_workspace(q_extend.device)
+    workspace = m.get_workspace(q_extend.device)   # sized at install: a lookup, also under capture
     bs = qo_indptr.shape[0] - 1
     if bs > workspace.max_bs:
         _fallback(mode, "batch_size", f"batch of {bs} requests exceeds the workspace's max_bs {workspace.max_bs}")
         return False
     N, H = q_extend.shape[0], q_extend.shape[1]
-    lse = reserve_lse(q_extend.device, N * H)
+    if graph_safe:
+        # EAGLE's draft-extend graph replays this call with new lengths: nothing sized per call, and
+        # no LSE, which nothing reads (as at the verify call site)
+        lse = dict(with_lse=False)
+    else:
+        lse = dict(lse_out=reserve_lse(q_extend.device, N * H)[:N * H].view(N, H))
     scales = dict(k_scale=float(k_scale), v_scale=float(v_scale)) if k_buffer.dtype == FP8 else {}
     try:
         m.verify_attention(q_extend, k_buffer, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr,
-                           float(sm_scale), **scales, out=o_extend, lse_out=lse[:N * H].view(N, H),
-                           workspace=workspace, max_draft_len=adapter._draft_len(max_len_extend))
+                           float(sm_scale), **scales, out=o_extend, **lse, workspace=workspace,
+                           max_draft_len=adapter._draft_len(max_len_extend))
     except VerifyInputError as e:   # its shape checks, before anything is launched or written
         _fallback(mode, "kernel_rejected", f"kernel.ops rejected the call: {e}")
         return False
-    metrics.count_extend_call(mode)
+    if capturing:
+        metrics.count_extend_capture(mode)   # replays run this kernel without Python: count the capture
+    else:
+        metrics.count_extend_call(mode)
     return True
 
 
-def install(backend) -> None:
-    """Route a flash target TritonAttnBackend's EXTEND to the kernel (hooks on the instance).
-    Call once, from plugin.install, after its strict checks. Raises StrictFlashError when
-    SGLang's methods are not there to hook (EXTEND would silently stay on SGLang's kernel)."""
+def install(backend, *, draft: bool = False) -> None:
+    """Route a flash TritonAttnBackend's EXTEND to the kernel (hooks on the instance): a target
+    backend's (from plugin.install, after its strict checks), or with `draft` the draft runner's
+    extend backend, which also serves DRAFT_MODES (`install_draft`). Call once per backend. Raises
+    StrictFlashError when SGLang's methods are not there to hook (EXTEND would silently stay on
+    SGLang's kernel)."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     if getattr(backend, "mla_verify_extend", False):
@@ -173,7 +205,8 @@ def install(backend) -> None:
             raise StrictFlashError(strict._msg(f"this SGLang's TritonAttnBackend has no {name}", "the plugin "
                                                "routes EXTEND through it, so EXTEND would stay on SGLang's kernel",
                                                "SGLang 0.5.23 (kernel/sglang/version.py)"))
-    served = {getattr(ForwardMode, name) for name in SERVED_MODES}
+    names = [n for n in SERVED_MODES + (DRAFT_MODES if draft else ()) if hasattr(ForwardMode, n)]
+    served = {getattr(ForwardMode, name) for name in names}
     state = _Mode()
     forward_extend, forward_kernel = backend.forward_extend, backend._forward_extend_kernel
 
@@ -193,8 +226,8 @@ def install(backend) -> None:
         if mode is None or mode.is_target_verify() or not _absorbed(layer):
             return forward_kernel(layer, *args, **kwargs)
         if mode not in served:
-            _fallback(_label(mode), "forward_mode", f"forward mode {mode.name} (the plugin serves "
-                      f"{', '.join(SERVED_MODES)})")
+            _fallback(_label(mode), "forward_mode", f"forward mode {mode.name} (the plugin serves {', '.join(names)} "
+                      f"on this {'draft' if draft else 'target'} backend)")
         elif getattr(backend, "dllm_attention", None) is None and serve(_label(mode), *args, **kwargs):
             return None
         return forward_kernel(layer, *args, **kwargs)
@@ -204,12 +237,39 @@ def install(backend) -> None:
     device = torch.device(backend.device)
     reserve_lse(device, token_bound() * backend.num_head)
     backend.mla_verify_extend = True
+    if draft:
+        logger.info("mla-verify: the draft model's %s over a cached prefix on %s run the mla-verify kernel",
+                    ", ".join(names), device)
+        return
     prefill = _prefill_backend()
     if prefill not in (None, "triton"):
         logger.warning("mla-verify: EXTEND runs on the %r attention backend (--prefill-attention-backend), not on "
                        "the triton backend the plugin hooks: only TARGET_VERIFY runs the kernel", prefill)
     else:
         logger.info("mla-verify: EXTEND over a cached prefix on %s runs the mla-verify kernel", device)
+    draft_backend = _draft_extend_backend()
+    if draft_backend not in (None, "triton"):
+        logger.warning("mla-verify: the draft model's extend runs on the %r attention backend "
+                       "(--speculative-draft-attention-backend or the prefill backend), not on the triton backend the "
+                       "plugin hooks: it stays on that backend's kernel", draft_backend)
+
+
+def install_draft(backend) -> bool:
+    """The draft runner's extend backend on flash (EAGLE's draft_extend_attn_backend): its MLA
+    EXTEND, MIXED and DRAFT_MODES through the kernel; True when hooked. The kernel's workspace is
+    sized here, before SGLang captures the draft-extend graphs. A draft whose attention is not
+    MLA (EAGLE3's external draft model) is left to SGLang: logged once, not refused, since the
+    arm's promise is the target's verify and that draft has no latent computation to serve."""
+    if not getattr(backend, "use_mla", False):
+        if ("draft", "not_mla") not in _logged:
+            _logged.add(("draft", "not_mla"))
+            logger.info("mla-verify: the draft model's attention is not MLA: its extend stays on SGLang's kernel")
+        return False
+    device = torch.device(backend.device)
+    if device.type == "cuda":
+        adapter.ops().get_workspace(device)
+    install(backend, draft=True)
+    return True
 
 
 def _prefill_backend() -> str | None:
@@ -219,5 +279,22 @@ def _prefill_backend() -> str | None:
         from sglang.srt.runtime_context import get_server_args
 
         return attention_backends_of(get_server_args())[0]
+    except Exception:
+        return None
+
+
+def _draft_extend_backend() -> str | None:
+    """The attention backend SGLang builds the draft model's extend on (draft_utils.py
+    create_draft_extend_backend), from the published ServerArgs; None without a draft or a bound."""
+    try:
+        from sglang.srt.arg_groups.model_override_base import attention_backends_of
+        from sglang.srt.runtime_context import get_server_args
+
+        args = get_server_args()
+        if not args.speculative_algorithm:
+            return None
+        prefill, decode = attention_backends_of(args)
+        return args.speculative_draft_attention_backend or (
+            decode if args.speculative_attention_mode == "decode" else prefill)
     except Exception:
         return None

@@ -13,6 +13,18 @@ runs prefill attention, every layer's forward_extend (SGLang's KV write, then th
 - every layer against the control arm's output (SGLang's extend_attention_fwd) at TOL on bf16,
   FP8_CONTROL_TOL on fp8 (SGLang rounds q and P to e4m3 there);
 - both arms timed per layer (median of eager forward_extend calls, CUDA events).
+
+Then EAGLE's draft extend after each verify (DRAFT_CASES; DRAFT_EXTEND_V2 on the draft runner's
+extend backend, extend.install_draft), in SGLang's draft-extend CUDA graph as
+EAGLEDraftExtendCudaGraphRunner drives it (ExtendHarness.capture_draft_extend /
+replay_draft_extend): captured once per arm at the case's batch on the runner's dummy batch, then
+replayed with real batches of new lengths (fewer requests than the graph = padded):
+- the flash arm's capture must have run the kernel (mla_verify_extend_graph_captures_total
+  {mode="draft_extend_v2"} up by the layer count; its replays run no Python), no fallback;
+- every replay against the float64 references at TOL, against the control arm's replay (SGLang's
+  extend_attention_fwd in the same graph form) at TOL / FP8_CONTROL_TOL, and against the flash
+  arm's eager DRAFT_EXTEND_V2 of the same batch;
+- both arms' graph replays timed (median, CUDA events): the draft extend's attention and KV write.
 """
 from __future__ import annotations
 
@@ -40,6 +52,17 @@ CASES = (
     dict(name="fp8-ragged", S=[40000, 0, 3000, 7], T=[256, 300, 1, 2048], page=16, layers=2, kv=FP8_KV,
          v_factor=0.5),
 )
+# EAGLE's draft extend in its CUDA graph: the graph's batch, each replay's prefix lengths (every
+# request the published num_draft_tokens = 8 new tokens), page size, layers (the NextN draft has
+# one), pool; fp8 with the layer's scales fixed across replays, as a server's are
+DRAFT_WIDTH = 8
+DRAFT_CASES = (
+    dict(name="draft-extend-185k", graph_bs=1, replays=([185000], [180001]), page=1, layers=1),
+    dict(name="draft-extend-bs4-padded", graph_bs=4, replays=([60000, 3000, 517], [20000, 40000, 7, 1200]), page=1,
+         layers=1),
+    dict(name="fp8-draft-extend-185k", graph_bs=1, replays=([185000], [180001]), page=1, layers=1, kv=FP8_KV,
+         k_scale=0.05, v_scale=0.02),
+)
 
 
 def _round_up(x: int, m: int) -> int:
@@ -48,6 +71,10 @@ def _round_up(x: int, m: int) -> int:
 
 def _calls(mode: str = "extend") -> float:
     return metrics.extend_series()["calls"].labels(mode=mode)._value.get()
+
+
+def _captures(mode: str = "draft_extend_v2") -> float:
+    return metrics.extend_series()["captures"].labels(mode=mode)._value.get()
 
 
 def _fallbacks() -> dict:
@@ -137,7 +164,106 @@ def run_case(spec: dict, model_dir, *, device: str = "cuda", tol: float = TOL, t
     return row
 
 
-def run(cases=CASES, *, device: str = "cuda", log=print) -> dict:
+def _time_graph(h, backend, device, reps: int = 5) -> float:
+    """Median milliseconds of one draft-extend graph replay (all layers; the KV write included)."""
+    ms = []
+    for _ in range(reps + 1):
+        if device == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            h.replay_draft_graph(backend)
+            b.record()
+            b.synchronize()
+            ms.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            h.replay_draft_graph(backend)
+            ms.append((time.perf_counter() - t0) * 1e3)
+    ms = ms[1:]   # the first replay after others pays for their cache state
+    return sorted(ms)[len(ms) // 2]
+
+
+def run_draft_case(spec: dict, model_dir, *, device: str = "cuda", tol: float = TOL, timing: bool = True,
+                   cuda_graph: bool = True) -> dict:
+    """EAGLE's draft extend through SGLang's draft-extend graph on both arms; its result row (module
+    docstring). cuda_graph=False (the CPU tests) runs the same capture and replay code eagerly."""
+    from ..bench import extend_validate
+
+    t0 = time.time()
+    kv = spec.get("kv", "auto")
+    fp8 = kv == FP8_KV
+    P, layers, bs, W = spec["page"], spec["layers"], spec["graph_bs"], DRAFT_WIDTH
+    row = dict(name=spec["name"], kind="draft-extend", graph_bs=bs, replays=[list(r) for r in spec["replays"]],
+               page_size=P, layers=layers, kv_dtype=kv, heads=8, width=W, problems=[])
+    scales = dict(k_scale=spec["k_scale"], v_scale=spec["v_scale"]) if fp8 else {}
+    longest = max(max(r) for r in spec["replays"])
+    # each replay's pool: its prefixes plus slack (make_case's slack=0.1), and the W new slots per request
+    slots = max(_round_up(int(sum(r) * 1.1) + 2 * P * (len(r) + 2), P) for r in spec["replays"])
+    try:
+        publish_server_args(model_dir, device="cuda", page_size=P, draft_tokens=W,
+                            **({"kv_cache_dtype": kv} if fp8 else {}))
+        h = ExtendHarness(heads=8, page_size=P, layers=layers, max_bs=bs, draft=W, draft_worker=True,
+                          context=_round_up(longest + W + P, max(P, 256)),
+                          pool_slots=_round_up(slots + bs * W + 2 * P, P),
+                          device=device, arm="flash", kv_dtype=FP8 if fp8 else None)
+    except StrictFlashError as e:
+        row.update(problems=[f"the plugin refused the flash arm: {e}"], seconds=round(time.time() - t0, 1))
+        row["pass"] = False
+        return row
+    if fp8:
+        h.set_kv_scales(scales["k_scale"], scales["v_scale"])
+    control = h.build_backend("triton")
+    if not getattr(h.backend, "mla_verify_extend", False) or "forward_extend" in vars(control):
+        row["problems"].append("the flash draft backend has no EXTEND hook, or the control backend has one")
+    captures, fallbacks = _captures(), _fallbacks()
+    h.capture_draft_extend(bs, cuda_graph=cuda_graph)
+    h.capture_draft_extend(bs, backend=control, cuda_graph=cuda_graph)
+    captured = _captures() - captures
+    row["kernel_captures"] = captured
+    if cuda_graph and captured != layers:
+        row["problems"].append(f"{captured} of {layers} captured layer calls ran the kernel")
+    replays = []
+    for i, prefixes in enumerate(spec["replays"]):
+        case = make_case(prefixes, [W] * len(prefixes), 8, causal=True, layout="fragmented", page_size=P,
+                         seed=40 + i, device=device, slack=0.1, kv_dtype=kv, **scales)
+        flash = [o.clone() for o in _listed(h.replay_draft_extend(case))]
+        ref = extend_validate.references(case, 40 + i)
+        r = dict(prefix_lens=list(prefixes), rel_err_float64_rows=rel_err(flash[0][ref["idx"]], ref["o64"]),
+                 rel_err_all=rel_err(flash[0], ref["o_all"]))
+        del ref
+        ctrl = _listed(h.replay_draft_extend(case, backend=control))
+        if timing and cuda_graph and i == len(spec["replays"]) - 1:
+            # each graph replays the batch just copied into it (before the eager run below, which
+            # refills the flash backend's indptr buffers as SGLang's eager draft extend would)
+            row.update(flash_ms_per_replay=_time_graph(h, h.backend, device),
+                       control_ms_per_replay=_time_graph(h, control, device))
+        eager = _listed(h.run_extend(case, mode="DRAFT_EXTEND_V2"))
+        r.update(rel_err_vs_control=max(rel_err(a, b) for a, b in zip(flash, ctrl)),
+                 rel_err_graph_vs_eager=max(rel_err(a, b) for a, b in zip(flash, eager)),
+                 graph_equals_eager=all(torch.equal(a, b) for a, b in zip(flash, eager)),
+                 finite=bool(all(torch.isfinite(o).all() for o in flash)))
+        replays.append(r)
+        del flash, ctrl, eager, case
+    fell = {"/".join(k): v - fallbacks.get(k, 0) for k, v in _fallbacks().items() if v != fallbacks.get(k, 0)}
+    control_tol = FP8_CONTROL_TOL if fp8 else tol
+    row.update(replay_results=replays, fallbacks=fell, control_tol=control_tol)
+    if fell:
+        row["problems"].append(f"fallbacks {fell}")
+    row["pass"] = not row["problems"] and all(
+        r["finite"] and max(r["rel_err_float64_rows"], r["rel_err_all"], r["rel_err_graph_vs_eager"]) <= tol
+        and r["rel_err_vs_control"] <= control_tol for r in replays)
+    row["seconds"] = round(time.time() - t0, 1)
+    del h, control
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def _listed(outs) -> list:
+    return outs if isinstance(outs, list) else [outs]
+
+
+def run(cases=CASES, draft_cases=DRAFT_CASES, *, device: str = "cuda", log=print) -> dict:
     """Every case; the stage's JSON body."""
     import sglang
 
@@ -153,13 +279,27 @@ def run(cases=CASES, *, device: str = "cuda", log=print) -> dict:
         log(f"sglang-extend {spec['name']}: pass={r['pass']} float64 rows {r.get('rel_err_float64_rows')} all "
             f"{r.get('rel_err_all')} control {r.get('rel_err_vs_control')} flash {r.get('flash_ms_per_layer')} ms "
             f"triton {r.get('control_ms_per_layer')} ms a layer {r['problems']}")
+    drafts = []
+    for spec in draft_cases:
+        drafts.append(run_draft_case(spec, model_dir, device=device))
+        r = drafts[-1]
+        log(f"sglang-extend {spec['name']}: pass={r['pass']} captures {r.get('kernel_captures')} replays "
+            f"{r.get('replay_results')} flash {r.get('flash_ms_per_replay')} ms triton "
+            f"{r.get('control_ms_per_replay')} ms a replay {r['problems']}")
     return {"kind": "sglang-extend", "sglang_version": sglang.__version__, "tol": TOL,
-            "fp8_control_tol": FP8_CONTROL_TOL, "cases": rows, "all_pass": all(r["pass"] for r in rows),
-            "seconds": round(time.time() - t0, 1)}
+            "fp8_control_tol": FP8_CONTROL_TOL, "cases": rows, "draft_cases": drafts,
+            "all_pass": all(r["pass"] for r in rows + drafts), "seconds": round(time.time() - t0, 1)}
 
 
 def summary_lines(res: dict) -> list[str]:
     out = [f"sglang-extend {r['name']:28s} flash {r.get('flash_ms_per_layer') or float('nan'):9.3f} ms, triton "
            f"{r.get('control_ms_per_layer') or float('nan'):9.3f} ms a layer, err {r.get('rel_err_all') or float('nan'):.1e}"
            f", vs triton {r.get('rel_err_vs_control') or float('nan'):.1e}, pass={r['pass']}" for r in res["cases"]]
-    return out + [f"sglang-extend: {len(res['cases'])} cases, all_pass={res['all_pass']}, {res['seconds']:.0f} s"]
+    for r in res.get("draft_cases", []):
+        worst = max((x["rel_err_all"] for x in r.get("replay_results", [])), default=float("nan"))
+        vs = max((x["rel_err_vs_control"] for x in r.get("replay_results", [])), default=float("nan"))
+        flash, triton = (r.get(k) or float("nan") for k in ("flash_ms_per_replay", "control_ms_per_replay"))
+        out.append(f"sglang-extend {r['name']:28s} flash {flash:9.3f} ms, triton {triton:9.3f} ms a graph replay, "
+                   f"err {worst:.1e}, vs triton {vs:.1e}, pass={r['pass']}")
+    n = len(res["cases"]) + len(res.get("draft_cases", []))
+    return out + [f"sglang-extend: {n} cases, all_pass={res['all_pass']}, {res['seconds']:.0f} s"]

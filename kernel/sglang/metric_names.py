@@ -10,9 +10,13 @@ imports the rollout tool.
   mla_verify_fallbacks_total{reason}         calls handed back to SGLang, by reason kind
   mla_verify_extend_kernel_calls_total{mode}       EXTEND layer calls our kernel served (extend.py)
   mla_verify_extend_fallbacks_total{mode,reason}   EXTEND layer calls handed back to SGLang's kernel
+  mla_verify_extend_graph_captures_total{mode}     EXTEND layer calls our kernel served inside a
+                                                   CUDA-graph capture (its replays run without Python)
 
-The EXTEND series are labelled by SGLang's forward mode ("extend", "mixed"; "split_prefill" only
-as a fallback); nothing in rollout/ reads them yet (the real-server job reads them from /metrics).
+The EXTEND series are labelled by SGLang's forward mode: "extend" and "mixed" (the target's, and
+the draft model's prefill), "draft_extend_v2" (EAGLE's draft model over the verify window after
+each verify, eager or captured in SGLang's draft-extend graph), others ("split_prefill") only as a
+fallback. Nothing in rollout/ reads them yet (the real-server job reads them from /metrics).
 """
 INFO = "mla_verify_backend_info"
 INFO_LABELS = ("backend", "kernel_hash", "sglang_version", "device")
@@ -22,3 +26,4 @@ FALLBACKS = "mla_verify_fallbacks_total"
 ARMS = ("flash", "triton")   # the `backend` label: our kernel installed, or SGLang's own path
 EXTEND_CALLS = "mla_verify_extend_kernel_calls_total"
 EXTEND_FALLBACKS = "mla_verify_extend_fallbacks_total"
+EXTEND_CAPTURES = "mla_verify_extend_graph_captures_total"

@@ -21,7 +21,8 @@ import os
 import re
 from pathlib import Path
 
-from .metric_names import ARMS, CALLS, CAPTURES, EXTEND_CALLS, EXTEND_FALLBACKS, FALLBACKS, INFO, INFO_LABELS
+from .metric_names import (ARMS, CALLS, CAPTURES, EXTEND_CALLS, EXTEND_CAPTURES, EXTEND_FALLBACKS, FALLBACKS, INFO,
+                           INFO_LABELS)
 
 _series = None
 _LIVE_FILE = re.compile(r"^gauge_live[a-z]+_(\d+)\.db$")
@@ -106,7 +107,7 @@ _extend_series = None
 
 
 def extend_series():
-    """The two EXTEND counters of this process (created on first use, after `series()`, which
+    """The three EXTEND counters of this process (created on first use, after `series()`, which
     sets up the multiprocess bookkeeping once)."""
     global _extend_series
     if _extend_series is None:
@@ -118,12 +119,18 @@ def extend_series():
                           ["mode"], registry=None),
             fallbacks=Counter(EXTEND_FALLBACKS, "mla-verify: EXTEND layer calls handed back to SGLang's kernel",
                               ["mode", "reason"], registry=None),
+            captures=Counter(EXTEND_CAPTURES, "mla-verify: EXTEND layer calls that ran the kernel inside a "
+                             "CUDA-graph capture, by forward mode", ["mode"], registry=None),
         )
     return _extend_series
 
 
 def count_extend_call(mode: str) -> None:
     extend_series()["calls"].labels(mode=mode).inc()
+
+
+def count_extend_capture(mode: str) -> None:
+    extend_series()["captures"].labels(mode=mode).inc()
 
 
 def count_extend_fallback(mode: str, reason: str) -> None:

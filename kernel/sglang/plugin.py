@@ -1,5 +1,7 @@
 """SGLang plugin: our kernel serves TARGET_VERIFY of MLA models in an unmodified SGLang, and
-with `flash` also their EXTEND over a cached prefix (extend.py, hooked from install()).
+with `flash` also their EXTEND over a cached prefix and EAGLE's draft-model extend after each
+verify (extend.py, hooked from install(): the target backend's, and the draft runner's extend
+backend's).
 
 SGLang's `load_plugins()` runs in every process it starts (launcher, each TP/scheduler
 worker, detokenizer) and calls the entry point in pyproject.toml (group `sglang.srt.plugins`,
@@ -75,13 +77,19 @@ def _device(backend) -> torch.device:
 
 def install(backend) -> bool:
     """Point a built target TritonAttnBackend's verify slot at our adapter when the switch
-    says flash; publish the arm either way. Returns whether the kernel was installed.
+    says flash; publish the arm either way. Returns whether the kernel was installed for
+    TARGET_VERIFY (False for a draft runner's backend, whose extend it may still hook).
 
     Raises StrictFlashError when the switch says flash but this backend's TARGET_VERIFY
     cannot reach the kernel (strict.backend_problem)."""
     arm = selected_backend()
     if getattr(backend, "is_draft_runner", False) or getattr(backend, "skip_prefill", False):
-        return False  # draft runners never run TARGET_VERIFY: SGLang's code, unpublished
+        # Draft runners never run TARGET_VERIFY (unpublished). The one that runs the draft model's
+        # extend (EAGLE's draft-extend backend, not skip_prefill) sends it to the kernel on flash;
+        # the draft decode backends (skip_prefill) stay SGLang's.
+        if arm == "flash" and not getattr(backend, "skip_prefill", False):
+            extend.install_draft(backend)
+        return False
     device = _device(backend)
     if arm != "flash":
         metrics.publish_backend("triton", device)

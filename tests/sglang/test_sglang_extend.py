@@ -3,7 +3,7 @@ driven by kernel/sglang/extend_harness.py): with flash the kernel (the CPU oracl
 serves eager EXTEND and MIXED batches, ragged, with empty prefixes, on bf16 and fp8 pools, after
 SGLang's own KV write; a chunked prefill's next chunk reads what the last one wrote; what the
 kernel cannot serve runs SGLang's kernel, counted and logged once; the triton arm, the draft
-runner and TARGET_VERIFY are as before."""
+runner's decode backends and TARGET_VERIFY are as before."""
 import copy
 import logging
 
@@ -161,8 +161,12 @@ def test_the_triton_arm_leaves_extend_to_sglang(monkeypatch, cpu_ops, bf16_inter
     assert cpu_ops.calls == [] and _count("calls", mode="extend") == before
 
 
-def test_the_draft_runner_keeps_sglangs_extend(flash):
-    b = ExtendHarness(draft_worker=True).backend
+def test_the_draft_runners_decode_backends_keep_sglangs_extend(flash):
+    # its extend backend is hooked for EAGLE's draft extend (test_sglang_draft_extend.py); the
+    # multi-step draft decode backends (skip_prefill) run only DECODE and stay SGLang's
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    b = TritonAttnBackend(ExtendHarness(draft_worker=True).runner, skip_prefill=True)
     assert "forward_extend" not in vars(b) and not hasattr(b, "mla_verify_extend")
 
 

@@ -136,6 +136,27 @@ def test_triton_is_not_an_absorb_core_backend_and_verify_takes_the_mla_path():
     assert got == attention_backend_handler.AttnForwardMethod.MLA
 
 
+def test_eagles_draft_extend_reaches_a_hooked_backend_as_draft_extend_v2():
+    # extend.install_draft: EAGLE's worker (EAGLEWorkerV2, the only one of 0.5.23) builds its
+    # draft-extend backend as a TritonAttnBackend of the draft runner that prefills (hooked), its draft
+    # decode steps as skip_prefill ones (left alone), and runs the extend after each verify as
+    # DRAFT_EXTEND_V2 down the absorbed MLA path, captured at the static width num_draft_tokens
+    from sglang.srt.speculative import draft_utils, eagle_worker_common, spec_info
+    from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as graph_runner
+
+    src = inspect.getsource
+    assert "TritonAttnBackend(self.draft_model_runner, skip_prefill=False)" in \
+        src(draft_utils.DraftBackendFactory._create_triton_prefill_backend)
+    assert "skip_prefill=True" in src(triton_backend.TritonMultiStepDraftBackend.__init__)
+    assert "EAGLEWorkerV2" in src(spec_info) and "EAGLEWorker(" not in src(spec_info)
+    assert "ForwardMode.DRAFT_EXTEND_V2" in src(eagle_worker_common.prepare_for_draft_extend)
+    assert "self.forward_mode = ForwardMode.DRAFT_EXTEND_V2" in src(graph_runner.EAGLEDraftExtendCudaGraphRunner)
+    assert "self.num_draft_tokens" in src(TritonAttnBackend._build_cuda_graph_forward_metadata)
+    fb = types.SimpleNamespace(forward_mode=ForwardMode.DRAFT_EXTEND_V2, extend_prefix_lens_cpu=[100])
+    got = attention_backend_handler.handle_attention_triton(types.SimpleNamespace(), fb)
+    assert got == attention_backend_handler.AttnForwardMethod.MLA
+
+
 def _select_backend():
     """HybridAttnBackend._select_backend compiled from the installed source on its own (its
     module imports the model runner, whose server dependencies the CPU lock leaves out)."""
