@@ -51,6 +51,7 @@ is left to SGLang, logged once.
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -75,6 +76,21 @@ PLAIN = dict(lse_extend=None, skip_prefix=False, skip_extend=False, score_mod=No
 DEFAULT_TOKENS = 16384   # SGLang's default --max-prefill-tokens, when no bound can be read
 
 _logged: set[tuple[str, str]] = set()
+
+# The draft model's extend through the kernel is opt-in until it has run inside SGLang's own
+# draft-extend CUDA graph on a GPU (its CPU tests drive SGLang's capture/replay metadata, not a
+# captured graph): MLA_VERIFY_DRAFT_EXTEND=1 turns it on, with MLA_VERIFY_BACKEND=flash.
+DRAFT_ENV = "MLA_VERIFY_DRAFT_EXTEND"
+
+
+def draft_enabled() -> bool:
+    """MLA_VERIFY_DRAFT_EXTEND: '1' serves the draft model's extend; unset, '' or '0' leaves it to
+    SGLang; anything else is refused, naming the variable."""
+    value = os.environ.get(DRAFT_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise StrictFlashError(f"mla-verify: {DRAFT_ENV}={value!r} is not one of 0, 1 (1 = the draft model's "
+                               f"extend runs the kernel too; unset = SGLang's)")
+    return value == "1"
 _lse: dict[torch.device, torch.Tensor] = {}
 
 

@@ -28,6 +28,7 @@ replayed with real batches of new lengths (fewer requests than the graph = padde
 """
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 
@@ -35,7 +36,7 @@ import torch
 
 from ..fp8 import FP8
 from ..inputs import make_case
-from . import metrics
+from . import extend, metrics
 from .backend_check import FP8_CONTROL_TOL, TOL, prepare
 from .extend_harness import ExtendHarness
 from .harness import publish_server_args, rel_err
@@ -202,6 +203,7 @@ def run_draft_case(spec: dict, model_dir, *, device: str = "cuda", tol: float = 
     try:
         publish_server_args(model_dir, device="cuda", page_size=P, draft_tokens=W,
                             **({"kv_cache_dtype": kv} if fp8 else {}))
+        os.environ[extend.DRAFT_ENV] = "1"   # the opt-in this check exists to prove
         h = ExtendHarness(heads=8, page_size=P, layers=layers, max_bs=bs, draft=W, draft_worker=True,
                           context=_round_up(longest + W + P, max(P, 256)),
                           pool_slots=_round_up(slots + bs * W + 2 * P, P),

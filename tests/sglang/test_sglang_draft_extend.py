@@ -18,6 +18,7 @@ from kernel.sglang import adapter as sglang_adapter
 from kernel.sglang import extend, metrics
 from kernel.sglang.extend_harness import ExtendHarness
 from kernel.sglang.harness import rel_err
+from kernel.sglang.strict import StrictFlashError
 
 BF16_TOL = 1e-2   # the stand-in's float64 result rounded to bf16: ~2e-3 relative
 MODE = "DRAFT_EXTEND_V2"
@@ -33,7 +34,8 @@ def _fallbacks() -> dict:
 
 
 @pytest.fixture(autouse=True)
-def fresh_log_once():
+def fresh_log_once(monkeypatch):
+    monkeypatch.setenv(extend.DRAFT_ENV, "1")   # opt-in until the draft path has run on a GPU
     extend._logged.clear()
     yield
     extend._logged.clear()
@@ -64,6 +66,15 @@ def test_the_draft_extend_backend_is_hooked_and_its_decode_backends_are_not(flas
     assert h.backend.use_verify_shared_kv is False and not hasattr(h.backend, "mla_verify_backend")
     decode = TritonAttnBackend(h.runner, skip_prefill=True)   # a step of TritonMultiStepDraftBackend
     assert "forward_extend" not in vars(decode) and not hasattr(decode, "mla_verify_extend")
+
+
+def test_the_draft_extend_is_opt_in_and_a_bad_switch_is_refused(flash, monkeypatch):
+    monkeypatch.delenv(extend.DRAFT_ENV)
+    h = _draft()
+    assert "forward_extend" not in vars(h.backend) and not hasattr(h.backend, "mla_verify_extend")
+    monkeypatch.setenv(extend.DRAFT_ENV, "yes")
+    with pytest.raises(StrictFlashError, match="MLA_VERIFY_DRAFT_EXTEND='yes' is not one of 0, 1"):
+        _draft()
 
 
 def test_eager_draft_extend_with_accepted_lengths_varying_per_request(flash):
