@@ -49,6 +49,7 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
+from kernel.sglang.real_server.extend_over_prefix import prefix_hit
 from notebooks import data, endpoints, figures, findings, provenance
 from rollout.client import EndpointError
 
@@ -377,6 +378,18 @@ if section("real-breakdown", "where the flash arm's step goes"):
             f"{', '.join(map(str, sl['layers']))} layers", text=("quantity",)))
     elif classified:
         display(Markdown("One layer count profiled: no per-layer slope yet (it needs two)."))
+    for n, c in classified.items():
+        # SGLang's attention that is the kernel's computation but not yet ours: what the plugin could serve
+        theirs = {name: p["attention_ms_per_step"] - p["ours_ms_per_step"] for name, p in c["phases"].items()}
+        name = max(theirs, key=theirs.get)
+        if theirs[name] > 0.25 * c["step_ms"]:
+            display(Markdown(
+                f"At {n} layers, **{theirs[name]:,.2f} ms of the {c['step_ms']:,.1f} ms step** is SGLang's "
+                f"attention in the **{name}** phase ({theirs[name] / c['step_ms']:.0%}), over the same cached "
+                f"prefix the kernel reads: the computation the plugin serves elsewhere. "
+                + ("EAGLE's draft-model extend runs the kernel with `MLA_VERIFY_DRAFT_EXTEND=1` on the flash "
+                   "arm (opt-in until it has run on a GPU inside SGLang's draft-extend CUDA graph); here "
+                   f"{c['phases'][name]['ours_ms_per_step']:,.2f} ms of it was the kernel's." if name == "draft_extend" else "")))
 
 # %%
 ext = (real or {}).get("extend_over_prefix") or {}
@@ -413,7 +426,10 @@ if section("real-extend", "follow-up turns and the prompt's prefill (EXTEND over
             "flash TTFT, ms (median)": one("flash", n, "median_ttft_ms"),
             "triton / flash": rt.get(n),
             "requests per arm": max(len(one(a, n, "ttft_ms") or []) for a in fu),
-            "every one hit the cached prompt": all(one(a, n, "prefix_hit") for a in fu),
+            # judged anew from cached_tokens (files written before the rule allowed the prompt's
+            # uncached last token recorded every follow-up as a miss)
+            "every one hit the cached prompt": all(prefix_hit(c, ext.get("context_tokens") or 0)
+                                                   for a in fu for c in (one(a, n, "cached_tokens") or [None])),
         } for n in sizes]), {"triton TTFT, ms (median)": "{:,.1f}", "flash TTFT, ms (median)": "{:,.1f}",
                              "triton / flash": "{:,.1f}"},
             f"TTFT of a follow-up turn after the cached {ext.get('context_tokens') or 0:,}-token "

@@ -210,3 +210,26 @@ def test_without_a_real_server_file_the_section_says_so(tmp_path, fixture_dir, c
     assert rec["real_server"] is None
     assert "only emulated endpoints" in verdict_text(tmp_path)
     assert "no real-server run in the data" in verdict_text(tmp_path)
+
+
+def test_what_sglang_still_runs_and_cache_hits_are_judged_from_the_json(tmp_path, fixture_dir, cli):
+    """As the H200 run wrote them: EAGLE's radix cache holds the prompt less its last token
+    (184,999 of 185,000, stored as a miss by the job's old exact rule), and SGLang's own attention
+    in the draft extend is most of the step."""
+    doc = as_gpu_run(emulated_doc())
+    ctx = doc["extend_over_prefix"]["context_tokens"]
+    for arm in doc["extend_over_prefix"]["followup"].values():
+        for row in arm.values():
+            row.update(cached_tokens=[ctx - 1] * len(row["cached_tokens"]), prefix_hit=False)
+    c4 = doc["breakdowns"]["4"]["classified"]
+    c4["phases"]["draft_extend"] = {"ms_per_step": 0.9 * c4["step_ms"], "attention_ms_per_step": 0.8 * c4["step_ms"],
+                                    "other_ms_per_step": 0.1 * c4["step_ms"], "ours_ms_per_step": 0.0,
+                                    "kernels_per_step": 159.0, "attention_kernels_per_step": 1.0}
+    d = write(tmp_path / "data", fixture_dir, doc)
+    assert cli(tmp_path, "phase3", *SMOKE, "-p", "data_dir", str(d)) == 0
+    page = page_text(tmp_path)
+    assert f"{0.8 * c4['step_ms']:,.2f} ms of the {c4['step_ms']:,.1f} ms step is SGLang's attention in the " \
+           "draft_extend phase (80%)" in page
+    assert "MLA_VERIFY_DRAFT_EXTEND=1" in page and "here 0.00 ms of it was the kernel's" in page
+    table = page.split("every one hit the cached prompt", 1)[1].split("Greedy tokens", 1)[0]
+    assert " yes " in table and " no " not in table
