@@ -26,6 +26,14 @@ publish_server_args(MODEL_DIR, device="cpu")
 load_plugins()  # what every SGLang process does first; installs our hook via the entry point
 
 
+@pytest.fixture(scope="module", autouse=True)
+def default_server_args():
+    """Every module starts from the published ServerArgs above: a test that publishes others
+    (backend_check's 16 draft tokens, say) must not decide what the next module's backends read,
+    whatever order the modules run in."""
+    publish_server_args(MODEL_DIR, device="cpu")
+
+
 @pytest.fixture
 def cpu_ops():
     """Route the adapter's kernel calls to the CPU oracle stand-in; fresh log-once state."""
