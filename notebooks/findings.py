@@ -296,7 +296,10 @@ def real_label(doc: dict) -> str:
         (str(s.get("server_args", {}).get("version")) for s in ((doc.get("steps") or {}).get("up") or {}).get(
             "groups", {}).values() if (s.get("server_args") or {}).get("version")), "(version not recorded)")
     gpu = str(doc.get("gpu", "GPU")).removeprefix("NVIDIA ")
-    return f"real SGLang {ver} server, dummy-weight {doc.get('layers')}-layer MLA model, one {gpu}"
+    # a flash arm that also ran EAGLE's draft extend through the kernel is another configuration
+    draft = (doc.get("plugin_env") or {}).get("MLA_VERIFY_DRAFT_EXTEND") == "1"
+    return (f"real SGLang {ver} server, dummy-weight {doc.get('layers')}-layer MLA model, one {gpu}"
+            + (", flash arm with MLA_VERIFY_DRAFT_EXTEND=1 (EAGLE's draft extend on the kernel)" if draft else ""))
 
 
 def _when(doc: dict) -> str:

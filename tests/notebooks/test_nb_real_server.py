@@ -233,3 +233,15 @@ def test_what_sglang_still_runs_and_cache_hits_are_judged_from_the_json(tmp_path
     assert "MLA_VERIFY_DRAFT_EXTEND=1" in page and "here 0.00 ms of it was the kernel's" in page
     table = page.split("every one hit the cached prompt", 1)[1].split("Greedy tokens", 1)[0]
     assert " yes " in table and " no " not in table
+
+
+def test_a_run_with_the_draft_extend_opt_in_says_so_in_its_label(tmp_path):
+    """The job records the plugin's opt-ins its servers inherited: a flash arm that ran EAGLE's
+    draft extend through the kernel is labelled as that configuration, one without is not."""
+    plain = as_gpu_run(emulated_doc())
+    assert findings.real_label(plain) == REAL_LABEL
+    drafted = dict(plain, plugin_env={"MLA_VERIFY_DRAFT_EXTEND": "1"})
+    assert findings.real_label(drafted) == REAL_LABEL + (", flash arm with MLA_VERIFY_DRAFT_EXTEND=1 (EAGLE's draft "
+                                                         "extend on the kernel)")
+    assert findings.live_canary(_loaded(drafted, tmp_path), "unused")["text"].startswith(
+        f"PASS on a {REAL_LABEL}, flash arm with MLA_VERIFY_DRAFT_EXTEND=1")

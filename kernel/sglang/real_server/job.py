@@ -56,6 +56,9 @@ from .breakdown import slopes
 from .estimates import step_estimate
 from .steps import ORDER, STEPS, StepFailed, observe_groups, rollout_state, run_python
 
+# the plugin's switches besides the arm (kernel/sglang/extend.py DRAFT_ENV, version.py): the
+# servers inherit them from the job, so the JSON says what the flash arm served
+PLUGIN_OPT_INS = ("MLA_VERIFY_DRAFT_EXTEND", "MLA_VERIFY_ALLOW_UNTESTED_SGLANG")
 LOG_FILE_LIMIT = 8 * 2 ** 20      # a file bigger than this stays out of the logs archive
 
 
@@ -349,6 +352,8 @@ class Context:
             "label": ("emulated SGLang servers (rollout.emulator)" if self.emulate is not None else
                       f"real SGLang {(setup.get('bundle') or {}).get('sglang') or '0.5.23'} server, dummy-weight "
                       f"{self.layers}-layer MLA model, one {dev.get('gpu', 'GPU')}"),
+            # the plugin's opt-ins every server inherited (the arm switch itself is the rollout's)
+            "plugin_env": {k: os.environ[k] for k in PLUGIN_OPT_INS if k in os.environ},
             "layers": self.layers, "device": setup.get("device"), "bundle": setup.get("bundle"),
             "kernel": setup.get("kernel"), "steps": steps, "breakdowns": breakdowns,
             "slopes": self.breakdown_slopes(),
