@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..checks import HEAD_DIM, V_DIM
-from ..fp8 import FP8_NAN_BYTES, check_scale, quantize_mla_rows
+from ..fp8 import FP8_MAX, FP8_NAN_BYTES, check_scale, quantize_mla_rows
 from ..reference import verify_attention_reference
 from .spec_inputs import ALGORITHMS, verify_input, worker_metadata
 
@@ -150,10 +150,18 @@ class Harness:
         random tensors of the same shapes (the pools get matching rows in `_load`)."""
         qs, ks = [case.q.to(self.dtype)], [case.k_extend.to(self.dtype)]
         g = torch.Generator(device=case.q.device).manual_seed(1000 + seed)
-        for _ in range(1, self.layers):
+        for layer in range(1, self.layers):
             qs.append(torch.randn(case.q.shape, generator=g, device=case.q.device).to(self.dtype))
-            ks.append(torch.randn(case.k_extend.shape, generator=g, device=case.q.device).to(self.dtype))
+            k = torch.randn(case.k_extend.shape, generator=g, device=case.q.device)
+            ks.append(self._in_fp8_range(k, layer).to(self.dtype))
         return qs, ks
+
+    def _in_fp8_range(self, rows: torch.Tensor, layer: int) -> torch.Tensor:
+        """Seeded filler rows of a layer past 0, clamped where an fp8 pool's k_scale cannot hold
+        them: SGLang's cast to e4m3fn does not saturate, so a 5-sigma draw past the case's own
+        largest row (k_scale = max |row| / 448 of layer 0) would store NaN, on both arms alike."""
+        scale = self.radix[layer].k_scale_float if self._as_bytes else None
+        return rows if scale is None else rows.clamp(-FP8_MAX * scale, FP8_MAX * scale)
 
     def layer_pool(self, layer: int) -> torch.Tensor:
         """Layer `layer`'s latent pool [slots + page, 1, 576] (V = its first 512 columns)."""
@@ -218,7 +226,7 @@ class Harness:
             if layer == 0:
                 buf[:slots] = self._as_stored(case.kv_cache.to(dev))
             elif owned.numel():
-                rows = torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev)
+                rows = self._in_fp8_range(torch.randn(owned.numel(), 1, HEAD_DIM, generator=g, device=dev), layer)
                 scale = self.radix[layer].k_scale_float
                 if self._as_bytes and self.radix[layer].k_scale is not None:
                     # as SGLang writes a scaled fp8 layer: the model-dtype row / k_scale, then e4m3

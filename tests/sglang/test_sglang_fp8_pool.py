@@ -53,3 +53,21 @@ def test_sglang_writes_our_bytes_and_reads_what_the_oracle_reads(case, v_factor)
     unscaled, _ = verify_attention_reference(*case.args(), k_scale=1.0, v_scale=1.0)
     assert rel_err(out, wrong_v) > 2 * BOUND
     assert rel_err(out, unscaled) > 2 * BOUND
+
+
+def test_filler_layers_stay_inside_the_scale_the_case_was_drawn_for(case):
+    """Layers past 0 get seeded filler rows. On an fp8 pool SGLang's cast to e4m3fn does not
+    saturate, so filler beyond 448 x k_scale would store NaN on both arms (the H200's
+    sglang-extend fp8-ragged case: finite=False in layer 1 only). A k_scale 100x smaller than the
+    case's puts most randn draws out of range: the filler stays within 448 x k_scale, so every owned
+    slot and every written row is finite (the CPU torch here saturates the cast where the H200's
+    stores NaN, so the bound on the rows is what fails here without the clamp)."""
+    h = Harness(heads=2, dtype=torch.float32, kv_dtype=FP8, layers=2)
+    scale = case.k_scale / 100
+    h.set_kv_scales(scale, scale)
+    h._fill_pools(case, DRAFT * 2, seed=0)
+    owned = case.kv_indices
+    assert torch.isfinite(h.layer_pool(1)[owned].view(FP8).float()).all()
+    _, ks = h.layer_inputs(case)
+    assert ks[1].abs().max() <= 448 * scale * 1.01
+    assert torch.isfinite(quantize_mla_rows(ks[1], scale).float()).all()
