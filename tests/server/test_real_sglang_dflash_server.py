@@ -19,8 +19,9 @@ spec_accept_length, spec_num_proposed_drafts = verify steps x (block - 1)); the 
 ran are exactly the known ones; the launcher's stop drains it.
 
 Measured on this project's 2-core machine with other jobs on it (2026-12-02): /health after
-31-35 s standalone, 8 tokens in ~5 s (7 verify steps); through this module `up` and the
-requests, about a minute (the module prints its timings).
+31-35 s started by hand; through this module `up` 33 s (g1 serving after 33 s, SGLang's own
+warm-up request included), the 8-token /generate 5.7 s (7 verify steps), the stop 3 s: 46-50 s
+for the module (it prints its timings).
 """
 from __future__ import annotations
 
