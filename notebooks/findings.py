@@ -288,17 +288,22 @@ def anchor(name: str) -> str:
 # -- phase 3: the real-server canary (kernel/sglang/real_server's merged JSON, data.real_server) --
 def real_label(doc: dict) -> str:
     """What served a real-server file, from the file: "real SGLang <version> server, dummy-weight
-    <N>-layer MLA model, one <GPU>", or an EMULATED label for the job's --emulate run."""
+    <N>-layer MLA model, one <GPU>", or an EMULATED label for the job's --emulate run; a run of
+    another algorithm than EAGLE (the job's --algorithm DFLASH) says so, with its block."""
+    # a file without "algorithm" predates --algorithm: the job ran EAGLE only
+    algo = doc.get("algorithm") or "EAGLE"
+    spec = "" if algo == "EAGLE" else f", {algo} speculative decoding" + (
+        f" (block {doc['block_size']}, tiny DFlash draft)" if algo == "DFLASH" and doc.get("block_size") else "")
     if doc.get("emulated"):
         return ("EMULATED real-server run (rollout.emulator behind the job's launch wrapper: no SGLang, no "
-                f"GPU, no kernel), {doc.get('layers')}-layer model config")
+                f"GPU, no kernel), {doc.get('layers')}-layer model config" + spec)
     ver = (doc.get("bundle") or {}).get("sglang") or next(
         (str(s.get("server_args", {}).get("version")) for s in ((doc.get("steps") or {}).get("up") or {}).get(
             "groups", {}).values() if (s.get("server_args") or {}).get("version")), "(version not recorded)")
     gpu = str(doc.get("gpu", "GPU")).removeprefix("NVIDIA ")
     # a flash arm that also ran EAGLE's draft extend through the kernel is another configuration
     draft = (doc.get("plugin_env") or {}).get("MLA_VERIFY_DRAFT_EXTEND") == "1"
-    return (f"real SGLang {ver} server, dummy-weight {doc.get('layers')}-layer MLA model, one {gpu}"
+    return (f"real SGLang {ver} server, dummy-weight {doc.get('layers')}-layer MLA model, one {gpu}" + spec
             + (", flash arm with MLA_VERIFY_DRAFT_EXTEND=1 (EAGLE's draft extend on the kernel)" if draft else ""))
 
 

@@ -66,3 +66,54 @@ def write_tiny_mla(path, *, layers: int, nextn_layers: int = 1, **overrides) -> 
     """A `tiny_mla(layers)` checkpoint folder (config.json only); nextn_layers=1 gives it the
     NextN layer that SGLang's EAGLE loads as the draft when no draft path is given."""
     return write_kimi_k2(path, nextn_layers=nextn_layers, **dict(tiny_mla(layers), **overrides))
+
+
+def dflash_taps(target_layers: int, taps: int | None = None) -> list[int]:
+    """Target layer ids whose outputs a DFlash draft reads, spread over [0, target_layers - 2].
+    SGLang's DeepSeek-V3 captures the INPUT of layer id + 1 (deepseek_v2.py
+    set_dflash_layers_to_capture), so the last layer's output is never captured: a DFLASH
+    target needs at least 2 layers. taps=None gives min(target_layers - 1, 5) (DFlash's
+    published drafts read 5 target layers)."""
+    if not isinstance(target_layers, int) or target_layers < 2:
+        raise ValueError(f"target_layers: DFLASH needs a target of at least 2 layers (SGLang captures the input of "
+                         f"layer id + 1, never the last layer's output), got {target_layers!r}")
+    n = min(target_layers - 1, 5) if taps is None else taps
+    if not isinstance(n, int) or not 1 <= n <= target_layers - 1:
+        raise ValueError(f"taps: expected 1..{target_layers - 1} for a {target_layers}-layer target, got {taps!r}")
+    top = target_layers - 2
+    return sorted({round(i * top / (n - 1)) for i in range(n)}) if n > 1 else [top // 2]
+
+
+def tiny_dflash_draft(target: dict, *, block_size: int = 16, draft_layers: int = 1, taps: int | None = None) -> dict:
+    """config.json fields of a DFlash block-diffusion draft (SGLang 0.5.23's DFlashDraftModel,
+    models/dflash.py) for the target whose config.json fields are `target`: Qwen3-style GQA
+    layers (8 query heads, 2 KV heads, head_dim 128) of the target's hidden size, with the
+    target's vocabulary, positions and rope theta (the draft borrows the target's embedding
+    and LM head, and attends over the whole context with its own KV cache). dflash_config
+    holds the block size, the target layers tapped (dflash_taps) and mask_token_id (the last
+    id of the vocabulary: with --skip-tokenizer-init SGLang cannot look the mask token up).
+    For real SGLang servers with --load-format dummy (the weights are random)."""
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size: expected a positive int, got {block_size!r}")
+    if not isinstance(draft_layers, int) or draft_layers < 1:
+        raise ValueError(f"draft_layers: expected a positive int, got {draft_layers!r}")
+    layers = target["num_hidden_layers"]
+    dflash = dict(block_size=block_size, target_layer_ids=dflash_taps(layers, taps), num_target_layers=layers,
+                  mask_token_id=target["vocab_size"] - 1)
+    return dict(architectures=["DFlashDraftModel"], hidden_size=target["hidden_size"], intermediate_size=2048,
+                num_hidden_layers=draft_layers, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
+                vocab_size=target["vocab_size"], max_position_embeddings=target["max_position_embeddings"],
+                rope_theta=target["rope_theta"], rms_norm_eps=1e-6, tie_word_embeddings=False,
+                torch_dtype=target.get("torch_dtype", "bfloat16"), block_size=block_size, dflash_config=dflash)
+
+
+def write_tiny_dflash_draft(path, target: dict, *, block_size: int = 16, draft_layers: int = 1,
+                            taps: int | None = None) -> Path:
+    """A `tiny_dflash_draft(target, ...)` folder (config.json only, a transformers Qwen3Config:
+    the model_type DFlash's published drafts carry)."""
+    import transformers
+
+    path = Path(path)
+    transformers.Qwen3Config(**tiny_dflash_draft(target, block_size=block_size, draft_layers=draft_layers,
+                                                 taps=taps)).save_pretrained(path)
+    return path

@@ -8,10 +8,17 @@ its draft and draft-extend stages in spans named `draft` and `draft_extend`
 (speculative/spec_utils.py spec_stage_span). Each GPU kernel (also those a CUDA graph replays)
 carries the correlation id of the CPU call that launched it (cudaLaunchKernel, cuLaunchKernel,
 cudaGraphLaunch); the spans open on that CPU thread at that moment give the kernel's phase:
-  draft         EAGLE's draft decode (3 steps of the NextN layer, top-4)
-  draft_extend  the draft model over the accepted tokens
+  draft         EAGLE's draft decode (3 steps of the NextN layer, top-4), inside its `draft` span;
+                DFLASH's draft forward (its worker opens no stage span: the draft model runner's
+                `step[DRAFT` span, though that forward borrows the TARGET_VERIFY mode): the DFlash
+                model over its block, with its OWN GQA attention over the whole context in its
+                own KV cache, served by SGLang's triton MHA kernels, never by our MLA kernel
+                (the kernel serves the target's verify only)
+  draft_extend  EAGLE's draft model over the accepted tokens (DFLASH has none: 0)
   verify        the target model's TARGET_VERIFY forward (all target layers, lm_head)
-  outside       everything else the step launches: sampling, tree build and verify, KV bookkeeping
+  outside       everything else the step launches: sampling, tree build and verify, KV bookkeeping;
+                for DFLASH also the projection of the target's tapped hidden states into the
+                draft's KV cache (the worker runs it outside any step span)
 Within each phase, kernels whose names are attention kernels (ATTENTION: ours, SGLang's
 extend/decode/verify Triton kernels) are split from the rest. Per step = over the window from
 the first `step[VERIFY` span's start to the last one's, divided by the steps in it. GPU idle
@@ -29,6 +36,7 @@ from pathlib import Path
 
 STAGE_SPANS = ("draft_extend", "draft")
 VERIFY_SPAN = re.compile(r"^step\[VERIFY\b")
+DRAFT_SPAN = re.compile(r"^step\[DRAFT\b")     # any forward of a draft model runner (profile_utils.py)
 PHASES = ("verify", "draft", "draft_extend", "outside")
 ATTENTION = re.compile(r"mla_verify_kernel|mla_verify_combine|_fwd_kernel|_fwd_grouped_kernel|_verify_mla|"
                        r"_decode_att|_lean_attention|flash_?attn|flashmla|attention", re.I)
@@ -58,6 +66,8 @@ def _phase(open_spans: list[str]) -> str:
     for stage in STAGE_SPANS:
         if stage in open_spans:
             return stage
+    if any(DRAFT_SPAN.match(n) for n in open_spans):
+        return "draft"
     if any(VERIFY_SPAN.match(n) for n in open_spans):
         return "verify"
     return "outside"

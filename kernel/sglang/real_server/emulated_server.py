@@ -3,7 +3,8 @@ wrapper, so the real-server job's orchestration runs on a machine without a GPU 
 
 The wrapper execs `python -m kernel.sglang.real_server.emulated_server -m sglang.launch_server
 <SGLang's flags>` (or, for <root>/bin/sglang, `-c <the console script's code> serve <flags>`); this reads the flags the emulator understands (--host, --port,
---model-path, --api-key), takes the arm from MLA_VERIFY_BACKEND as a real server's plugin
+--model-path, --api-key, the speculative algorithm and the tokens it verifies per request:
+DFLASH's block, else EAGLE's draft tokens), takes the arm from MLA_VERIFY_BACKEND as a real server's plugin
 does, and execs `python -m rollout.emulator` in the same process (so the local launcher's
 SIGTERM reaches it). MLA_VERIFY_PLANTED_FAULT=1 on the flash arm becomes the emulator's
 `corrupt_verify` fault (a wrong verify path, right prefill): what the planted plugin does to
@@ -36,7 +37,8 @@ def emulator_argv(argv: list[str], env: dict) -> list[str]:
             raise SystemExit(f"emulated_server: only `sglang serve` is emulated, got {rest[:1]}")
         rest = rest[1:]
     p = argparse.ArgumentParser(add_help=False)
-    for flag in ("--host", "--port", "--model-path", "--api-key"):
+    for flag in ("--host", "--port", "--model-path", "--api-key", "--speculative-algorithm",
+                 "--speculative-num-draft-tokens", "--speculative-dflash-block-size"):
         p.add_argument(flag)
     known, _ = p.parse_known_args(rest)
     arm = (env.get("MLA_VERIFY_BACKEND") or "triton").strip().lower()
@@ -45,6 +47,12 @@ def emulator_argv(argv: list[str], env: dict) -> list[str]:
            "--time-scale", env.get("MLA_VERIFY_EMULATOR_TIME_SCALE", "0.1"), "--drain-s", "5"]
     if known.model_path:
         out += ["--model-path", known.model_path]
+    if known.speculative_algorithm:
+        out += ["--speculative-algorithm", known.speculative_algorithm]
+    # the tokens each request verifies: DFLASH's block, else EAGLE's draft tokens
+    tokens = known.speculative_dflash_block_size or known.speculative_num_draft_tokens
+    if tokens:
+        out += ["--draft-tokens", tokens]
     if known.api_key:
         out += ["--api-key", known.api_key]
     if env.get("MLA_VERIFY_PLANTED_FAULT") == "1" and arm == "flash":

@@ -36,6 +36,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_ROOT = Path("/tmp/mla-real-server")
 EXAMPLE_INVENTORY = ROOT / "rollout" / "inventory.h200-local.toml"
+# The speculative algorithms the job serves, each with its example inventory and its own default
+# state root (an EAGLE run's servers, state and results are never a DFLASH run's)
+ALGORITHMS = ("EAGLE", "DFLASH")
+EXAMPLES = {"EAGLE": EXAMPLE_INVENTORY, "DFLASH": ROOT / "rollout" / "inventory.h200-local-dflash.toml"}
+DEFAULT_ROOTS = {"EAGLE": DEFAULT_ROOT, "DFLASH": Path("/tmp/mla-real-server-dflash")}
+DFLASH_BLOCK = 16     # the block of DFlash's published drafts (z-lab's *-DFlash-b16)
 EXTRA_PATH_ENV = "MLA_VERIFY_EXTRA_PYTHONPATH"
 SERVER_ENV = {
     "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
@@ -78,6 +84,13 @@ class Paths:
 
     def model(self, layers: int) -> Path:
         return self.root / "models" / f"L{layers}"
+
+    def draft(self, layers: int, block_size: int) -> Path:   # a DFlash draft for model(layers)
+        return self.root / "models" / f"L{layers}-dflash-b{block_size}"
+
+    @property
+    def algorithm_file(self) -> Path:   # the algorithm this root serves (written by setup)
+        return self.root / "algorithm.json"
 
     @property
     def inventory(self) -> Path:
@@ -214,12 +227,23 @@ def parse_override(text: str) -> tuple[str, object]:
         raise ValueError(f"--gate {text!r}: the value is not a TOML value ({e})") from None
 
 
-def runtime_inventory(paths: Paths, layers: int, *, example: Path = EXAMPLE_INVENTORY, ports=None,
-                      gates=None, settings=None) -> dict:
-    """The repository's example inventory with this root's paths, `layers`' model, and the
+def runtime_inventory(paths: Paths, layers: int, *, algorithm: str = "EAGLE", block_size: int | None = None,
+                      example: Path | None = None, ports=None, gates=None, settings=None) -> dict:
+    """The repository's example inventory of `algorithm` (EXAMPLES) with this root's paths,
+    `layers`' model (and for DFLASH its draft and block_size, default the example's), and the
     given ports / [gates] / [rollout] overrides. Returns the dict (write_inventory writes it)."""
-    raw = tomllib.loads(Path(example).read_text())
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    raw = tomllib.loads(Path(example or EXAMPLES[algorithm]).read_text())
+    if raw["launch"].get("speculative_algorithm") != algorithm:
+        raise ValueError(f"example {example}: its [launch] speculative_algorithm is "
+                         f"{raw['launch'].get('speculative_algorithm')!r}, not {algorithm!r}")
     raw["launch"].update(python=str(paths.wrapper), model_path=str(paths.model(layers)))
+    if algorithm == "DFLASH":
+        block = block_size or raw["launch"]["speculative_dflash_block_size"]
+        raw["launch"].update(draft_model_path=str(paths.draft(layers, block)), speculative_dflash_block_size=block)
+    elif block_size is not None:
+        raise ValueError(f"block_size: DFLASH's parameter, not {algorithm}'s (got {block_size})")
     raw["rollout"].update(state_dir=str(paths.state_dir), results_dir=str(paths.rollout_results), **(settings or {}))
     raw.setdefault("gates", {}).update(gates or {})
     if ports is not None:
@@ -234,9 +258,9 @@ def write_inventory(paths: Paths, raw: dict) -> Path:
     """Write <root>/inventory.toml and validate it with the rollout tool's own loader."""
     from rollout.inventory import load
 
+    example = EXAMPLES[raw["launch"]["speculative_algorithm"]].relative_to(ROOT)
     paths.inventory.parent.mkdir(parents=True, exist_ok=True)
-    paths.inventory.write_text("# Written by kernel/sglang/real_server from rollout/inventory.h200-local.toml\n"
-                               + dump_toml(raw))
+    paths.inventory.write_text(f"# Written by kernel/sglang/real_server from {example}\n" + dump_toml(raw))
     load(paths.inventory)
     return paths.inventory
 

@@ -1,14 +1,23 @@
 """The canary between two real SGLang 0.5.23 servers on one GPU, driven by the rollout CLI.
 
     python3 -m kernel.sglang.real_server --steps setup,up,planted,canary,promote,breakdown \\
-        --layers 4 --out $OUT [--bundle .server-bundle] [--root /tmp/mla-real-server]
+        --layers 4 --out $OUT [--algorithm EAGLE|DFLASH [--block-size 16]] [--bundle .server-bundle] \\
+        [--root /tmp/mla-real-server]
+
+--algorithm picks what the servers speculate with: EAGLE (the default; the target's NextN layer
+is the draft) or DFLASH (SGLang's block-diffusion worker with a tiny DFlash draft beside the
+target, verifying --block-size tokens per request; its example inventory is
+rollout/inventory.h200-local-dflash.toml, its default root /tmp/mla-real-server-dflash, its
+ports 30002-30003). A root serves one algorithm (setup records it): the other's state, results
+and servers are never read or overwritten, and its files are named real-server-<kind>-dflash-*.
 
 Steps, run in the order given (setup,up,planted,canary,promote,breakdown is the order with the
 fewest server restarts: the planted canary's rollback leaves both groups on triton for the real
 one); the predicted wall time of each is printed before it starts (estimates.py):
   setup      unpack the server bundle (make sglang-server-bundle), write the launch wrapper,
-             the tiny MLA model (--layers) and the runtime inventory (the example
-             rollout/inventory.h200-local.toml with this root), load/prebuild the kernel library
+             the tiny MLA model (--layers), for DFLASH its tiny DFlash draft, and the runtime
+             inventory (the algorithm's example inventory with this root), load/prebuild the
+             kernel library
   up         `python -m rollout up`: both groups on triton; each group's prefix cache warmed
              with the speed gate's exact 185,000-token prompt as soon as it answers /health
   planted    `python -m rollout canary` with a test-only plugin that perturbs the flash
@@ -90,6 +99,8 @@ class Context:
     def __init__(self, a):
         self.paths = envmod.Paths(Path(a.root).resolve())
         self.layers = a.layers
+        self.algorithm = a.algorithm
+        self.block_size = a.block_size   # DFLASH's block (tokens verified per request); None for EAGLE
         self.emulate = a.emulate
         self.bundle_dir = Path(a.bundle).resolve()
         self.ports = a.ports
@@ -191,6 +202,11 @@ class Context:
     def setup_done(self) -> bool:
         p = self.paths
         if not (p.wrapper.exists() and p.inventory.exists() and (p.model(self.layers) / "config.json").exists()):
+            return False
+        if not p.algorithm_file.exists() or json.loads(p.algorithm_file.read_text()) != {
+                "algorithm": self.algorithm, "block_size": self.block_size}:
+            return False
+        if self.algorithm == "DFLASH" and not (p.draft(self.layers, self.block_size) / "config.json").exists():
             return False
         if self.emulate is not None:
             return "emulated_server" in p.wrapper.read_text()
@@ -351,7 +367,9 @@ class Context:
             "stamp": self.stamp, "emulated": self.emulate is not None,
             "label": ("emulated SGLang servers (rollout.emulator)" if self.emulate is not None else
                       f"real SGLang {(setup.get('bundle') or {}).get('sglang') or '0.5.23'} server, dummy-weight "
-                      f"{self.layers}-layer MLA model, one {dev.get('gpu', 'GPU')}"),
+                      f"{self.layers}-layer MLA model, one {dev.get('gpu', 'GPU')}") + f", {self.algorithm_words()}",
+            # what the servers speculated with: the verify shape the flash arm served
+            "algorithm": self.algorithm, "block_size": self.block_size, "draft": setup.get("draft"),
             # the plugin's opt-ins every server inherited (the arm switch itself is the rollout's)
             "plugin_env": {k: os.environ[k] for k in PLUGIN_OPT_INS if k in os.environ},
             "layers": self.layers, "device": setup.get("device"), "bundle": setup.get("bundle"),
@@ -365,16 +383,24 @@ class Context:
                                                           for r in self.rows]},
         }
 
+    def algorithm_words(self) -> str:
+        if self.algorithm == "DFLASH":
+            return f"DFLASH (tiny DFlash draft, block {self.block_size})"
+        return "EAGLE (the model's NextN layer as the draft)"
+
+    def file_stem(self, what: str) -> str:
+        """real-server-<what>[-dflash]-<stamp>: an EAGLE run's files keep their names."""
+        return f"real-server-{what}" + ("-dflash" if self.algorithm == "DFLASH" else "") + f"-{self.stamp}"
+
     def write_out(self) -> None:
         if self.out is None:
             return
         self.out.mkdir(parents=True, exist_ok=True)
         kind = "emulated" if self.emulate is not None else "h200"
-        (self.out / f"real-server-{kind}-{self.stamp}.json").write_text(json.dumps(self.merged(), indent=1,
-                                                                                   default=str))
+        (self.out / f"{self.file_stem(kind)}.json").write_text(json.dumps(self.merged(), indent=1, default=str))
         from .steps import copy_rollout_results
         copy_rollout_results(self.paths.rollout_results, self.out / "rollout", since=self.wall0)
-        self.write_logs_archive(self.out / f"real-server-logs-{self.stamp}.tar.xz")
+        self.write_logs_archive(self.out / f"{self.file_stem('logs')}.tar.xz")
 
     def write_logs_archive(self, dest: Path) -> None:
         p = self.paths
@@ -429,7 +455,13 @@ def parser() -> argparse.ArgumentParser:
                     help=f"comma-separated, run in the order given, from {', '.join(ORDER)}")
     ap.add_argument("--layers", type=int, default=4, help="target layers of the tiny MLA model (default 4)")
     ap.add_argument("--out", help="folder for the merged JSON, the logs archive and rollout's result files")
-    ap.add_argument("--root", default=str(envmod.DEFAULT_ROOT), help="state root (default /tmp/mla-real-server)")
+    ap.add_argument("--algorithm", default="EAGLE", choices=envmod.ALGORITHMS,
+                    help="the servers' speculative algorithm (default EAGLE; DFLASH: SGLang's block-diffusion worker "
+                         "with a tiny DFlash draft)")
+    ap.add_argument("--block-size", type=int, default=None,
+                    help=f"DFLASH only: tokens verified per request (default {envmod.DFLASH_BLOCK})")
+    ap.add_argument("--root", default=None, help="state root (default /tmp/mla-real-server, with --algorithm DFLASH "
+                                                 "/tmp/mla-real-server-dflash)")
     ap.add_argument("--bundle", default=str(envmod.ROOT / ".server-bundle"),
                     help="folder with server-bundle.tar.xz and BUNDLE.json (default .server-bundle)")
     ap.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
@@ -458,6 +490,22 @@ def main(argv=None) -> int:
         ap.error(f"--steps: unknown step(s) {unknown} (known: {', '.join(ORDER)})" if unknown else "--steps: none given")
     if a.layers < 1:
         ap.error(f"--layers: must be >= 1, got {a.layers}")
+    if a.algorithm == "DFLASH":
+        a.block_size = envmod.DFLASH_BLOCK if a.block_size is None else a.block_size
+        if a.block_size < 2:
+            ap.error(f"--block-size: DFLASH verifies at least 2 tokens per request, got {a.block_size}")
+        if a.layers < 2:
+            ap.error(f"--layers: DFLASH needs a target of at least 2 layers (its draft reads a target layer's "
+                     f"output, and SGLang never captures the last one's), got {a.layers}")
+    elif a.block_size is not None:
+        ap.error(f"--block-size: DFLASH's parameter; --algorithm is {a.algorithm}")
+    a.root = a.root or str(envmod.DEFAULT_ROOTS[a.algorithm])
+    marker = envmod.Paths(Path(a.root).resolve()).algorithm_file
+    if marker.exists():
+        served = json.loads(marker.read_text()).get("algorithm")
+        if served != a.algorithm:
+            ap.error(f"--root {a.root}: its servers, state and results are a {served} run's; --algorithm "
+                     f"{a.algorithm} takes its own root (default {envmod.DEFAULT_ROOTS[a.algorithm]})")
     try:
         a.ports = [int(p) for p in a.ports.split(",")] if a.ports else None
         for g in a.gate:
@@ -478,7 +526,8 @@ def main(argv=None) -> int:
     predicted = 0.0
     for s in ordered:
         predicted += ctx.estimate(s)[0]
-    ctx.say(f"steps {', '.join(ordered)} at {a.layers} layers; predicted {predicted:.0f} s in all; root {ctx.paths.root}")
+    ctx.say(f"steps {', '.join(ordered)} at {a.layers} layers, {ctx.algorithm_words()}; predicted {predicted:.0f} s "
+            f"in all; root {ctx.paths.root}")
     ok = True
     for s in ordered:
         r = ctx.run_step(s)

@@ -102,7 +102,7 @@ def group_result(state: dict | None, group: str) -> dict:
 
 # -- steps -------------------------------------------------------------------------------------
 def step_setup(ctx) -> dict:
-    from ..model_configs import tiny_mla, write_tiny_mla
+    from ..model_configs import tiny_dflash_draft, tiny_mla, write_tiny_dflash_draft, write_tiny_mla
     from ..server_bundle import ARCHIVE, MANIFEST, check_site, sha256, unpack
 
     paths, out = ctx.paths, {}
@@ -144,17 +144,32 @@ def step_setup(ctx) -> dict:
         else:
             write_tiny_mla(model, layers=ctx.layers)
     out["model"] = {"path": str(model), "layers": ctx.layers}
+    if ctx.algorithm == "DFLASH":
+        draft = paths.draft(ctx.layers, ctx.block_size)
+        want = tiny_dflash_draft(tiny_mla(ctx.layers), block_size=ctx.block_size)
+        dcfg = draft / "config.json"
+        if not dcfg.exists() or json.loads(dcfg.read_text()).get("dflash_config") != want["dflash_config"]:
+            if ctx.emulate is not None:   # as the target's: no transformers import for the emulator
+                draft.mkdir(parents=True, exist_ok=True)
+                dcfg.write_text(json.dumps(want))
+            else:
+                write_tiny_dflash_draft(draft, tiny_mla(ctx.layers), block_size=ctx.block_size)
+        out["draft"] = {"path": str(draft), "block_size": ctx.block_size, **{
+            k: want[k] for k in ("architectures", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                 "head_dim")}, "target_layer_ids": want["dflash_config"]["target_layer_ids"]}
+    paths.algorithm_file.write_text(json.dumps({"algorithm": ctx.algorithm, "block_size": ctx.block_size}))
     running = groups_layers(ctx)
     if running not in (None, ctx.layers) and any(g["healthy"] for g in observe_groups(ctx).values()):
         out["inventory"] = f"kept: the rollout groups serve the {running}-layer model (step down first to change it)"
     else:
-        envmod.write_inventory(paths, envmod.runtime_inventory(paths, ctx.layers, ports=ctx.ports,
+        envmod.write_inventory(paths, envmod.runtime_inventory(paths, ctx.layers, algorithm=ctx.algorithm,
+                                                               block_size=ctx.block_size, ports=ctx.ports,
                                                                gates=ctx.gate_overrides))
         out["inventory"] = str(paths.inventory)
     if ctx.emulate is None:
         out["kernel"] = ctx.prebuild_kernel()
         out["device"] = ctx.device_info()
-    bits = [f"L={ctx.layers}"]
+    bits = [f"L={ctx.layers}, {ctx.algorithm}" + (f" block {ctx.block_size}" if ctx.block_size else "")]
     if "bundle" in out:
         bits.append(f"sglang {out['bundle']['sglang']} ({out['unpacked_s']:.0f} s to unpack)")
     if "kernel" in out:
@@ -203,6 +218,7 @@ def step_up(ctx) -> dict:
         stop.set()
         raise StepFailed(f"`python -m rollout up` exited {rc}", {"rollout_rc": rc, "groups": observe_groups(ctx)})
     paths.groups_file.write_text(json.dumps({"layers": ctx.layers, "model_path": str(paths.model(ctx.layers)),
+                                             "algorithm": ctx.algorithm, "block_size": ctx.block_size,
                                              "time": time.time()}))
     paths.started_once.write_text(str(time.time()))
     inv = load(paths.inventory)
@@ -222,11 +238,23 @@ def step_up(ctx) -> dict:
     result = {"rollout_rc": rc, "groups": groups}
     if bad:
         raise StepFailed(f"after up, not serving on triton: {bad}", result)
+    # a group's port could answer for another root's servers: what each server says it speculates with
+    other = {n: speculation(g["server_args"]) for n, g in groups.items()
+             if speculation(g["server_args"]) != (ctx.algorithm, ctx.block_size)}
+    if other:
+        raise StepFailed(f"after up, not serving {ctx.algorithm}" + (f" block {ctx.block_size}" if ctx.block_size else "")
+                         + f": {other} (algorithm, block) from /server_info", result)
     if cold:
         raise StepFailed(f"prefix cache not warmed on {cold}: {[groups[n]['warm'] for n in cold]}", result)
     return {"ok": True, "summary": "; ".join(
         f"{n} " + (f"up in {g['started_s']:.0f} s" if g["started_s"] else "already up")
         + f", prefill {g['warm']['seconds']:.1f} s" for n, g in groups.items()), **result}
+
+
+def speculation(server_args: dict) -> tuple:
+    """(algorithm, DFLASH block or None) a server reports in /server_info (measure.server_args)."""
+    algo = server_args.get("speculative_algorithm")
+    return algo, (server_args.get("speculative_num_draft_tokens") if algo == "DFLASH" else None)
 
 
 def recover_rollout(ctx, step: str, keep=()) -> None:
@@ -471,11 +499,21 @@ def step_breakdown(ctx) -> dict:
     c = result.get("classified")
     if c:
         ph = c["phases"]
+        if ctx.algorithm == "DFLASH":   # its draft attends with its own GQA layers: SGLang's triton, not the kernel
+            c["draft_attention"] = DFLASH_DRAFT_ATTENTION
+            draft = (f"DFlash draft {ph['draft']['ms_per_step']:.2f} (its GQA attention {ph['draft']['attention_ms_per_step']:.2f}"
+                     f" on SGLang's triton, not the kernel)")
+        else:
+            draft = (f"draft {ph['draft']['ms_per_step']:.2f} + draft_extend {ph['draft_extend']['ms_per_step']:.2f}")
         bits.append(f"profiled step {c['step_ms']:.1f} ms = verify attn {ph['verify']['attention_ms_per_step']:.2f} + verify "
-                    f"rest {ph['verify']['other_ms_per_step']:.2f} + draft {ph['draft']['ms_per_step']:.2f} + draft_extend "
-                    f"{ph['draft_extend']['ms_per_step']:.2f} + outside {ph['outside']['ms_per_step']:.2f} + GPU idle "
-                    f"{c['gpu_idle_ms_per_step']:.2f} ms")
+                    f"rest {ph['verify']['other_ms_per_step']:.2f} + {draft} + outside {ph['outside']['ms_per_step']:.2f} "
+                    f"+ GPU idle {c['gpu_idle_ms_per_step']:.2f} ms")
     return {"ok": True, "summary": "; ".join(bits), **result}
+
+
+DFLASH_DRAFT_ATTENTION = ("DFLASH's draft phase is the DFlash draft model over its block: its own GQA attention "
+                          "(head_dim 128) over the whole context in its own KV cache, served by SGLang's triton MHA "
+                          "kernels on both arms; the mla-verify kernel serves only the target's MLA verify")
 
 
 def step_down(ctx) -> dict:

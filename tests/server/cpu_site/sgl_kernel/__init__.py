@@ -3,8 +3,8 @@
 SGLang 0.5.23 imports these names from sgl_kernel on the CPU path (`kernels/ops/speculative/*`,
 `srt/mem_cache/allocation.py`, `kernels/ops/kvcache/cache_move.py`); sgl_kernel's CPU build is not
 on PyPI for this torch, so the real-server test (tests/server/) puts this folder on the server's
-PYTHONPATH, and nothing else ever does. Five are a few lines of torch with the semantics of
-SGLang's own Triton kernels of the same name; the two tree functions call SGLang's own Triton
+PYTHONPATH, and nothing else ever does. Six are a few lines of torch (one of ctypes) with the
+semantics of SGLang's own Triton kernels of the same name; the two tree functions call SGLang's own Triton
 twins (its XPU path), which run in Triton's interpreter here. Only the names SGLang's CPU path
 imports are defined: a name that is missing still raises ImportError, as without sgl_kernel.
 
@@ -102,8 +102,16 @@ def verify_tree_greedy_cpu(*, predicts, accept_index, accept_token_num, candidat
                               retrive_next_token, retrive_next_sibling, target_predict)
 
 
-def copy_all_layer_kv_cache_cpu(*args, **kwargs):
-    """Imported by cache_move.py; not on this server's path (no hierarchical cache)."""
+def copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt_loc, src_loc):
+    """For every KV buffer b (base address data_ptrs[b], row stride strides[b] bytes): row
+    tgt_loc[i] = row src_loc[i] (cache_move.copy_all_layer_kv_cache_tiled: every source row is
+    read before any is written, so an in-place permutation is safe). An MHA pool's warm-up
+    calls it once (memory_pool.py _init_kv_copy_and_warmup: DFLASH's GQA draft cache)."""
+    import ctypes
+
     _record("copy_all_layer_kv_cache_cpu")
-    raise NotImplementedError("copy_all_layer_kv_cache_cpu is a test stand-in that does not copy "
-                              "(tests/server/cpu_site/sgl_kernel)")
+    src, tgt = src_loc.tolist(), tgt_loc.tolist()
+    for base, stride in zip(data_ptrs.tolist(), strides.tolist()):
+        rows = [ctypes.string_at(base + s * stride, stride) for s in src]
+        for t, row in zip(tgt, rows):
+            ctypes.memmove(base + t * stride, row, stride)
