@@ -51,13 +51,12 @@ is left to SGLang, logged once.
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 
 from ..checks import HEAD_DIM, V_DIM, VerifyInputError
 from ..fp8 import FP8
-from . import adapter, metrics, strict
+from . import adapter, draft_switch, metrics, strict
 from .strict import StrictFlashError
 
 logger = logging.getLogger(__name__)
@@ -77,20 +76,19 @@ DEFAULT_TOKENS = 16384   # SGLang's default --max-prefill-tokens, when no bound 
 
 _logged: set[tuple[str, str]] = set()
 
-# The draft model's extend through the kernel is opt-in until it has run inside SGLang's own
-# draft-extend CUDA graph on a GPU (its CPU tests drive SGLang's capture/replay metadata, not a
-# captured graph): MLA_VERIFY_DRAFT_EXTEND=1 turns it on, with MLA_VERIFY_BACKEND=flash.
-DRAFT_ENV = "MLA_VERIFY_DRAFT_EXTEND"
+# The draft model's extend through the kernel (EAGLE's DRAFT_EXTEND_V2, in SGLang's draft-extend
+# CUDA graph) is on with MLA_VERIFY_BACKEND=flash unless MLA_VERIFY_DRAFT_EXTEND=0: the rule lives
+# in draft_switch.py, which the real-server job reads too.
+DRAFT_ENV = draft_switch.DRAFT_ENV
 
 
 def draft_enabled() -> bool:
-    """MLA_VERIFY_DRAFT_EXTEND: '1' serves the draft model's extend; unset, '' or '0' leaves it to
+    """MLA_VERIFY_DRAFT_EXTEND: unset, '' or '1' serves the draft model's extend; '0' leaves it to
     SGLang; anything else is refused, naming the variable."""
-    value = os.environ.get(DRAFT_ENV, "").strip()
-    if value not in ("", "0", "1"):
-        raise StrictFlashError(f"mla-verify: {DRAFT_ENV}={value!r} is not one of 0, 1 (1 = the draft model's "
-                               f"extend runs the kernel too; unset = SGLang's)")
-    return value == "1"
+    try:
+        return draft_switch.draft_extend_on()
+    except ValueError as e:
+        raise StrictFlashError(f"mla-verify: {e}") from None
 _lse: dict[torch.device, torch.Tensor] = {}
 
 

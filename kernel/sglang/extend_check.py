@@ -203,7 +203,7 @@ def run_draft_case(spec: dict, model_dir, *, device: str = "cuda", tol: float = 
     try:
         publish_server_args(model_dir, device="cuda", page_size=P, draft_tokens=W,
                             **({"kv_cache_dtype": kv} if fp8 else {}))
-        os.environ[extend.DRAFT_ENV] = "1"   # the opt-in this check exists to prove
+        os.environ[extend.DRAFT_ENV] = "1"   # this check is of the draft path, whatever the caller set
         h = ExtendHarness(heads=8, page_size=P, layers=layers, max_bs=bs, draft=W, draft_worker=True,
                           context=_round_up(longest + W + P, max(P, 256)),
                           pool_slots=_round_up(slots + bs * W + 2 * P, P),

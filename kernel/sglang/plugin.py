@@ -86,8 +86,7 @@ def install(backend) -> bool:
     if getattr(backend, "is_draft_runner", False) or getattr(backend, "skip_prefill", False):
         # Draft runners never run TARGET_VERIFY (unpublished). The one that runs the draft model's
         # extend (EAGLE's draft-extend backend, not skip_prefill) sends it to the kernel on flash
-        # when MLA_VERIFY_DRAFT_EXTEND=1 (opt-in until run on a GPU); the draft decode backends
-        # (skip_prefill) stay SGLang's.
+        # unless MLA_VERIFY_DRAFT_EXTEND=0; the draft decode backends (skip_prefill) stay SGLang's.
         if arm == "flash" and not getattr(backend, "skip_prefill", False) and extend.draft_enabled():
             extend.install_draft(backend)
         return False

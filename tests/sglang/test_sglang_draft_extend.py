@@ -35,7 +35,7 @@ def _fallbacks() -> dict:
 
 @pytest.fixture(autouse=True)
 def fresh_log_once(monkeypatch):
-    monkeypatch.setenv(extend.DRAFT_ENV, "1")   # opt-in until the draft path has run on a GPU
+    monkeypatch.delenv(extend.DRAFT_ENV, raising=False)   # the default: on
     extend._logged.clear()
     yield
     extend._logged.clear()
@@ -68,8 +68,11 @@ def test_the_draft_extend_backend_is_hooked_and_its_decode_backends_are_not(flas
     assert "forward_extend" not in vars(decode) and not hasattr(decode, "mla_verify_extend")
 
 
-def test_the_draft_extend_is_opt_in_and_a_bad_switch_is_refused(flash, monkeypatch):
-    monkeypatch.delenv(extend.DRAFT_ENV)
+def test_the_draft_extend_is_on_by_default_off_with_0_and_a_bad_switch_is_refused(flash, monkeypatch):
+    assert getattr(_draft().backend, "mla_verify_extend", False)            # unset: on (since the H200 run)
+    monkeypatch.setenv(extend.DRAFT_ENV, "1")
+    assert getattr(_draft().backend, "mla_verify_extend", False)
+    monkeypatch.setenv(extend.DRAFT_ENV, "0")
     h = _draft()
     assert "forward_extend" not in vars(h.backend) and not hasattr(h.backend, "mla_verify_extend")
     monkeypatch.setenv(extend.DRAFT_ENV, "yes")

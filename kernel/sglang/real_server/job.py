@@ -59,6 +59,7 @@ import time
 import traceback
 from pathlib import Path
 
+from ..draft_switch import draft_extend_on
 from . import environment as envmod
 from . import extend_over_prefix
 from .breakdown import slopes
@@ -372,6 +373,7 @@ class Context:
             "algorithm": self.algorithm, "block_size": self.block_size, "draft": setup.get("draft"),
             # the plugin's opt-ins every server inherited (the arm switch itself is the rollout's)
             "plugin_env": {k: os.environ[k] for k in PLUGIN_OPT_INS if k in os.environ},
+            "draft_extend": draft_extend_on(),   # what a flash server of this run did with EAGLE's draft extend
             "layers": self.layers, "device": setup.get("device"), "bundle": setup.get("bundle"),
             "kernel": setup.get("kernel"), "steps": steps, "breakdowns": breakdowns,
             "slopes": self.breakdown_slopes(),
@@ -490,6 +492,10 @@ def main(argv=None) -> int:
         ap.error(f"--steps: unknown step(s) {unknown} (known: {', '.join(ORDER)})" if unknown else "--steps: none given")
     if a.layers < 1:
         ap.error(f"--layers: must be >= 1, got {a.layers}")
+    try:   # the servers inherit it: a value the plugin would refuse stops the job before any start
+        draft_extend_on()
+    except ValueError as e:
+        ap.error(str(e))
     if a.algorithm == "DFLASH":
         a.block_size = envmod.DFLASH_BLOCK if a.block_size is None else a.block_size
         if a.block_size < 2:
