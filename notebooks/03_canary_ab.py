@@ -22,9 +22,12 @@
 # Two parts, never mixed: the **real-server canary** recorded by `python -m
 # kernel.sglang.real_server` on the GPU machine (two real SGLang servers, the rollout CLI's
 # gates, a planted verify fault that must be rolled back, where the step time goes, follow-up
-# turns over a cached prompt), read from the newest `real-server-*.json` in `data_dir`; and the
-# A/B this page runs itself when it is rendered (against emulators unless live endpoints are
-# given).
+# turns over a cached prompt), read from the `real-server-*.json` files in `data_dir`: one device
+# call writes one file, so each part comes from the file that holds it (the canary from the newest
+# run with a canary, its breakdowns from every file of the same configuration, a planted fault
+# from another configuration only where it says so; the section's first table names each file);
+# and the A/B this page runs itself when it is rendered (against emulators unless live endpoints
+# are given).
 
 # %% tags=["parameters"]
 smoke = False  # True: CI run on generated fixture data
@@ -129,8 +132,10 @@ if m_c:
     assumed = (f"; modelled, not measured: {m_c['fixed_ms']:g} ms of non-attention time per "
                f"step (assumed) and accept length {m_c['accept_length']:g} (assumed)"
                + (f", which predict {predicted:.3g}" if predicted else ""))
-# The real-server run (kernel.sglang.real_server): the newest real one, else the newest emulated
-# one, which every label below calls EMULATED; None when data_dir holds neither.
+# The real-server run (kernel.sglang.real_server): the newest real run with a canary, with its
+# planted fault, promote and breakdowns chosen per part (data.real_server); the newest emulated
+# one only without a real one, which every label below calls EMULATED; None when data_dir holds
+# neither.
 real = data.real_server(data_dir, allow_fixture=smoke)
 real_is_real = real is not None and not real.get("emulated")
 ab_decision = findings.finding("decision", "canary on a live service", f"{decision}, on {where}",
@@ -174,13 +179,23 @@ display(HTML(findings.box(found, "<b>Findings</b> (the real-server run from its 
 # which it is: a real server, the job's emulated run, or nothing recorded.
 rs_head = "Real server" if real_is_real else "EMULATED real-server run, not a real server"
 real_steps = (real or {}).get("steps") or {}
+real_files = (real or {}).get("_files") or []
 
 
-def section(anchor: str, title: str) -> bool:
-    """A subsection heading; without a real-server file only its anchor, which the findings
-    link to. True when there is a file to show."""
-    display(Markdown(findings.anchor(anchor) + (f"\n### {rs_head}: {title}" if real is not None else "")))
-    return real is not None
+def section(anchor: str, title: str, docs: list | None = None) -> bool:
+    """A subsection heading and the file(s) it reads (`docs`, default the canary run's), with the
+    configuration of any that is not the canary run's; without a real-server file only its anchor,
+    which the findings link to. True when there is a file to show."""
+    if real is None:
+        display(Markdown(findings.anchor(anchor)))
+        return False
+    docs = list({d["_path"]: d for d in (docs if docs is not None else [real]) if d is not None}.values())
+    notes = [f"`{Path(d['_path']).name}`" + (f" ({findings.config_words(d, real)})"
+                                             if data.real_config(d) != data.real_config(real) else "")
+             for d in docs]
+    display(Markdown(findings.anchor(anchor) + f"\n### {rs_head}: {title}\n"
+                     + (f"From {', '.join(notes)}." if notes else "")))
+    return True
 
 
 display(Markdown(findings.anchor("real-server") + "\n## " + (
@@ -206,12 +221,37 @@ else:
         "of the GPU's memory, started, gated, rolled back and promoted by the rollout CLI itself "
         "(`plan`, `canary`, `promote`); the model is DeepSeek-V3-shaped with random weights, so "
         "its tokens mean nothing but are the same computation on both arms.\n\n"
-        + provenance.evidence_box([real], "The real-server run")))
+        + provenance.evidence_box(real_files, "The real-server run")))
 if real is not None:
-    display(Markdown(provenance.banner([real], head="The real-server run this section reads:")))
+    def part_row(part: str, d: dict | None) -> dict:
+        return {"part of this section": part, "file": Path(d["_path"]).name if d else "none in the data",
+                "written": d.get("date") if d else None, "target layers": d.get("layers") if d else None,
+                "configuration": None if d is None else findings.config_words(d) if d is real else
+                "the canary run's" if data.real_config(d) == data.real_config(real) else
+                "ANOTHER: " + findings.config_words(d, real)}
+    part_rows = [part_row("canary: gates, decode speed, follow-up turns, server arguments", real),
+                 part_row("planted verify fault", real.get("_planted_doc")),
+                 part_row("promote", real.get("_promote_doc")),
+                 *(part_row(f"breakdown at {n} layers", m["doc"]) for n, m in (real.get("_breakdowns") or {}).items())]
+    if real.get("_slopes"):
+        part_rows.append({"part of this section": f"per-layer slope over {', '.join(map(str, real['_slopes']['layers']))} layers"
+                                  + (" (as the file recorded it)" if real.get("_slopes_recorded") else
+                                     " (computed here from those breakdowns)"),
+                          "file": ", ".join(Path(d["_path"]).name for d in real["_slopes_docs"]),
+                          "configuration": "the canary run's"})
+    display(figures.table(pd.DataFrame(part_rows), {"target layers": "{:,.0f}"},
+                          "Which real-server file each part of this section shows (one device call writes "
+                          "one file; a part of another configuration says so)",
+                          text=("part of this section", "file", "configuration")))
+    display(Markdown(provenance.banner(real_files, head="The real-server files this section reads:")))
     st = real.get("standins") or {}
     where_rows = [
         ("served by", findings.real_label(real)),
+        ("EAGLE's draft extend on the flash arm",
+         "not EAGLE" if data.real_draft_extend(real) is None else
+         findings.DRAFT_WORDS[data.real_draft_extend(real)] + (
+             f" (recorded: draft_extend {real['draft_extend']})" if "draft_extend" in real else
+             f" (a file from before the job recorded draft_extend: plugin_env {real.get('plugin_env') or {}})")),
         ("file", Path(real["_path"]).name), ("written", real.get("date")),
         ("GPU", f"{real.get('gpu')} ({real.get('sms')} SMs), driver {real.get('driver')}, CUDA "
                 f"{real.get('cuda')}, torch {real.get('torch')}"),
@@ -228,19 +268,21 @@ if real is not None:
     ]
     display(figures.table(pd.DataFrame(where_rows, columns=["what", "value"]),
                           caption="What served the run (from its JSON)", text=("what", "value")))
-    steps_rows = [{"step": n, "result": r.get("status"), "wall s": r.get("wall_s"),
-                   "predicted s": r.get("predicted_s"),
+    steps_rows = [{"file": Path(d["_path"]).name, "layers": d.get("layers"), "step": n,
+                   "result": r.get("status"), "wall s": r.get("wall_s"), "predicted s": r.get("predicted_s"),
                    "run by": "the job, as a prerequisite" if r.get("auto") else "asked for",
-                   "summary": r.get("summary")} for n, r in real_steps.items()]
+                   "summary": r.get("summary")}
+                  for d in real_files for n, r in ((d.get("steps") or {}).items())]
     display(figures.table(pd.DataFrame(steps_rows), {"wall s": "{:,.0f}", "predicted s": "{:,.0f}"},
-                          "The job's steps at this layer count (wall time and the job's own "
-                          "prediction)", text=("summary",)))
+                          "The job's steps in each file this section reads (wall time and the job's own "
+                          "prediction; a file repeats the steps of earlier calls at its layer count)",
+                          text=("summary",), nowrap=("file",)))
 
 # %%
 canary_step = real_steps.get("canary")
 if section("real-gates", "the canary's gates"):
     if canary_step is None:
-        display(Markdown("The canary step has not run in this file."))
+        display(Markdown("No real-server file of this kind has a canary step."))
     else:
         display(figures.table(
             pd.DataFrame([{"group": g["group"], "gate": g["gate"], "passed": g["passed"],
@@ -294,12 +336,21 @@ if section("real-speed", "decode speed per arm"):
             f"**{'pass' if sp.get('passed') else 'FAIL'}**: {sp.get('reason')}"))
 
 # %%
-pl = findings.planted_caught(real) if real is not None else None
-if section("real-planted", "a planted verify fault"):
+p_doc = (real or {}).get("_planted_doc")
+pl = findings.planted_caught(p_doc) if p_doc is not None else None
+if section("real-planted", "a planted verify fault", [p_doc]):
     if pl is None:
-        display(Markdown("No planted-fault run in this file."))
+        display(Markdown("No real-server file of this kind has a planted-fault step."))
     else:
-        p_step = real_steps["planted"]
+        p_step = p_doc["steps"]["planted"]
+        if p_doc is not real:
+            display(Markdown(
+                f"The canary run (`{Path(real['_path']).name}`) did not plant a fault; this is the newest run that "
+                f"did, `{Path(p_doc['_path']).name}` ({p_doc.get('date')}), "
+                + ("of the same configuration." if data.real_config(p_doc) == data.real_config(real) else
+                   f"run with **{findings.config_words(p_doc, real)}**, not the canary run's configuration. The "
+                   "planted fault perturbs the target's verify output (the plugin's verify slot, not the draft "
+                   "extend), which the flash arm serves through the kernel in either configuration.")))
         display(figures.table(
             pd.DataFrame([{"gate": g["gate"], "passed": g["passed"], "reason": g["reason"]}
                           for g in p_step.get("gates") or [] if g["group"] == pl["canary"]]),
@@ -320,11 +371,18 @@ if section("real-planted", "a planted verify fault"):
             + ("As expected." if pl["ok"] else f"**Not as expected**: {p_step.get('summary')}")))
 
 # %%
-pr = real_steps.get("promote")
-if section("real-promote", "promote"):
+pr_doc = (real or {}).get("_promote_doc")
+pr = ((pr_doc or {}).get("steps") or {}).get("promote")
+if section("real-promote", "promote", [pr_doc]):
     if pr is None:
-        display(Markdown("The promote step has not run in this file."))
+        display(Markdown("No real-server file of this kind has a promote step."))
     else:
+        if pr_doc is not real:
+            display(Markdown(
+                f"The canary run (`{Path(real['_path']).name}`) did not promote; this is the newest run that did, "
+                f"`{Path(pr_doc['_path']).name}` ({pr_doc.get('date')}), "
+                + ("of the same configuration." if data.real_config(pr_doc) == data.real_config(real) else
+                   f"run with **{findings.config_words(pr_doc, real)}**, not the canary run's configuration.")))
         prom = [{"group": n,
                  "median tokens/s": ((p.get("speed") or {}).get("candidate") or {}).get("median_tok_s"),
                  "speed gate": (p.get("speed") or {}).get("passed"),
@@ -338,12 +396,32 @@ if section("real-promote", "promote"):
         display(Markdown(f"Promote: **{pr.get('status')}**: {pr.get('summary')}"))
 
 # %%
-bds = {int(k): b for k, b in ((real or {}).get("breakdowns") or {}).items()}
+def draft_note(doc: dict, ours_ms: float) -> str:
+    """What the file's flash arm did with EAGLE's draft-model extend (data.real_draft_extend): on by
+    default since the H200 run, MLA_VERIFY_DRAFT_EXTEND=0 leaves it to SGLang."""
+    on = data.real_draft_extend(doc)
+    was = (f"`{Path(doc['_path']).name}` recorded draft_extend {doc['draft_extend']}" if "draft_extend" in doc
+           else f"`{Path(doc['_path']).name}` predates the draft_extend record; its plugin_env "
+                f"{doc.get('plugin_env') or {}} means {'on' if on else 'off'}")
+    return ("EAGLE's draft-model extend runs the kernel on the flash arm by default (since it ran inside "
+            "SGLang's draft-extend CUDA graph on the H200); `MLA_VERIFY_DRAFT_EXTEND=0` leaves it to SGLang. "
+            f"This run had it **{'on' if on else 'off'}** ({was}); {ours_ms:,.2f} ms of it was the kernel's.")
+
+
+merged = (real or {}).get("_breakdowns") or {}
+bds = {n: m["breakdown"] for n, m in merged.items()}
+bd_file = {n: Path(m["doc"]["_path"]).name for n, m in merged.items()}
 classified = {k: b["classified"] for k, b in sorted(bds.items()) if b.get("classified")}
-if section("real-breakdown", "where the flash arm's step goes"):
+if section("real-breakdown", "where the flash arm's step goes",
+           list({id(m["doc"]): m["doc"] for m in merged.values()}.values())):
+    if merged:
+        display(Markdown(
+            "Every breakdown of the canary run's configuration (" + findings.config_words(real) + "), one per "
+            "layer count, from the newest file that measured it; files of another configuration are not "
+            "merged here."))
     if not classified:
         why = ((real_steps.get("breakdown") or {}).get("profile")
-               or "no breakdown with a classified profile in this file")
+               or "no breakdown with a classified profile in these files")
         display(Markdown(f"No profiled breakdown: {why}."))
     for n, c in classified.items():
         ph = c["phases"]
@@ -358,8 +436,8 @@ if section("real-breakdown", "where the flash arm's step goes"):
                                  "of which our kernel, ms": "{:,.3f}", "kernels per step": "{:,.1f}"},
             f"{n} target layers, flash arm: a {c['step_ms']:,.1f} ms step from SGLang's profiler "
             f"over {c['steps']} steps (verify = the target's TARGET_VERIFY forward; its attention "
-            f"{c['verify_attention_ms_per_layer']:.3f} ms per layer)"))
-    sl = real.get("slopes")
+            f"{c['verify_attention_ms_per_layer']:.3f} ms per layer); from {bd_file[n]}"))
+    sl = real.get("_slopes")
     SLOPE_NAMES = {"step_ms": "whole step", "gpu_busy_ms_per_step": "GPU busy",
                    "gpu_idle_ms_per_step": "GPU idle (waiting on the host)",
                    "phases.verify.ms_per_step": "verify (target layers, lm_head)",
@@ -375,7 +453,9 @@ if section("real-breakdown", "where the flash arm's step goes"):
                            at: f["at_predict_ms"]} for k, f in sl["fits"].items()]),
             {"per layer, ms": "{:,.3f}", "intercept, ms": "{:,.2f}", at: "{:,.1f}"},
             f"Per-layer slope: least-squares line over the breakdowns at "
-            f"{', '.join(map(str, sl['layers']))} layers", text=("quantity",)))
+            f"{', '.join(map(str, sl['layers']))} layers"
+            + (f" (as {Path(real['_slopes_docs'][0]['_path']).name} recorded it)" if real.get("_slopes_recorded")
+               else " (computed here from the breakdowns above)"), text=("quantity",)))
     elif classified:
         display(Markdown("One layer count profiled: no per-layer slope yet (it needs two)."))
     for n, c in classified.items():
@@ -387,9 +467,8 @@ if section("real-breakdown", "where the flash arm's step goes"):
                 f"At {n} layers, **{theirs[name]:,.2f} ms of the {c['step_ms']:,.1f} ms step** is SGLang's "
                 f"attention in the **{name}** phase ({theirs[name] / c['step_ms']:.0%}), over the same cached "
                 f"prefix the kernel reads: the computation the plugin serves elsewhere. "
-                + ("EAGLE's draft-model extend runs the kernel with `MLA_VERIFY_DRAFT_EXTEND=1` on the flash "
-                   "arm (opt-in until it has run on a GPU inside SGLang's draft-extend CUDA graph); here "
-                   f"{c['phases'][name]['ours_ms_per_step']:,.2f} ms of it was the kernel's." if name == "draft_extend" else "")))
+                + (draft_note(merged[n]["doc"], c["phases"][name]["ours_ms_per_step"]) if name == "draft_extend"
+                   else "")))
 
 # %%
 ext = (real or {}).get("extend_over_prefix") or {}
@@ -455,9 +534,9 @@ server_args = {}
 for n, g in ((real_steps.get("up") or {}).get("groups") or {}).items():
     server_args[f"{n} (triton, step up)"] = g.get("server_args") or {}
 for n, b in sorted(bds.items()):
-    server_args[f"breakdown server, {n} layers (flash)"] = b.get("server_args") or {}
+    server_args[f"breakdown server, {n} layers (flash, {bd_file[n]})"] = b.get("server_args") or {}
 arg_keys = sorted({k for a in server_args.values() for k in a if k != "error"})
-if section("real-args", "server arguments") and arg_keys:
+if section("real-args", "server arguments", real_files[:1] + [m["doc"] for m in merged.values()]) and arg_keys:
     display(figures.table(
         pd.DataFrame([{"argument": k, **{c: None if a.get(k) is None else str(a.get(k))
                                          for c, a in server_args.items()}} for k in arg_keys]),
@@ -568,12 +647,15 @@ provenance.write_record(
     record_path, "Phase 3: canary A/B at long context" + (
         " (a real-server canary; this page's own A/B on emulators)" if emulated and real_is_real
         else " (emulated)" if emulated else ""),
-    sources + ([real] if real is not None else []), findings=found,
+    sources + real_files, findings=found,
     extra={"emulated": emulated, "gate_pass": status == "pass" and not emulated,
            "real_server": None if real is None else {
                "file": Path(real["_path"]).name, "emulated": not real_is_real,
                "label": findings.real_label(real), "date": real.get("date"), "gpu": real.get("gpu"),
-               "layers": real.get("layers"), "decision": found[0]["text"]},
+               "layers": real.get("layers"), "decision": found[0]["text"],
+               "parts": {"planted": Path(real["_planted_doc"]["_path"]).name if real.get("_planted_doc") else None,
+                         "promote": Path(real["_promote_doc"]["_path"]).name if real.get("_promote_doc") else None,
+                         "breakdowns": {str(n): bd_file[n] for n in bd_file}}},
            "decision": decision,
            "endpoints": [f"{r}: {'local emulator' if started else e['url']} "
                          f"({'emulated' if e['emulated'] else 'live'}, {e['arm']})"

@@ -167,10 +167,93 @@ KINDS[REAL_SERVER] = ("the canary between two real SGLang servers on one GPU, it
                       "and step breakdown (phase 3)")
 
 
+def real_draft_extend(doc: dict) -> bool | None:
+    """Whether a real-server run's flash servers ran EAGLE's draft-model extend through the kernel:
+    its "draft_extend"; a file written before that key: on only with MLA_VERIFY_DRAFT_EXTEND=1 in
+    its "plugin_env" (the default was off then). None for DFLASH (no EAGLE draft extend: its draft
+    is a GQA model that stays on SGLang's kernels)."""
+    if (doc.get("algorithm") or "EAGLE") != "EAGLE":
+        return None
+    if "draft_extend" in doc:
+        return bool(doc["draft_extend"])
+    return (doc.get("plugin_env") or {}).get("MLA_VERIFY_DRAFT_EXTEND") == "1"
+
+
+def real_config(doc: dict) -> tuple:
+    """What makes two real-server files the same configuration, so their parts may be shown
+    together: emulated or not, GPU, algorithm (absent: EAGLE) and DFLASH's block, what the flash
+    arm did with EAGLE's draft extend (real_draft_extend) and the kernel's source hash."""
+    return (bool(doc.get("emulated")), doc.get("gpu"), doc.get("algorithm") or "EAGLE", doc.get("block_size"),
+            real_draft_extend(doc), (doc.get("kernel") or {}).get("hash"))
+
+
+def _step_doc(main: dict, docs: list[dict], step: str) -> dict | None:
+    """The file whose `step` phase 3 shows beside `main`: main's own, else the newest file of
+    main's configuration with one, else the newest with one (of another configuration, which the
+    page names)."""
+    if (main.get("steps") or {}).get(step):
+        return main
+    has = [d for d in docs if (d.get("steps") or {}).get(step)]
+    same = [d for d in has if real_config(d) == real_config(main)]
+    return max(same or has, key=lambda d: d["_date"]) if has else None
+
+
+def _merged_breakdowns(main: dict, docs: list[dict]) -> dict[int, dict]:
+    """{layers: {"breakdown", "doc"}} over every file of main's configuration: per layer count the
+    newest file that measured it itself (its own layer count, its own breakdown step), else the
+    newest that carries it (the job copies its root's earlier breakdowns into later files)."""
+    out: dict[int, tuple] = {}
+    for d in docs:
+        if real_config(d) != real_config(main):
+            continue
+        for k, b in (d.get("breakdowns") or {}).items():
+            own = int(k) == d.get("layers") and bool((d.get("steps") or {}).get("breakdown"))
+            rank = (own, d["_date"])
+            if int(k) not in out or rank > out[int(k)][0]:
+                out[int(k)] = (rank, {"breakdown": b, "doc": d})
+    return {k: v for k, (_, v) in sorted(out.items())}
+
+
+def _merged_slopes(main: dict, docs: list[dict], merged: dict[int, dict]) -> tuple[dict | None, list[dict], bool]:
+    """The per-layer slope over the merged breakdowns (breakdown.slopes of their classified
+    profiles), the files it reads, and False; a recorded slope of main's configuration that covers
+    more layer counts (its breakdowns from --prior files not in data_dir) wins: it, its file, True."""
+    from kernel.sglang.real_server.breakdown import slopes
+
+    classified = {k: m for k, m in merged.items() if (m["breakdown"] or {}).get("classified")}
+    fit = slopes({k: m["breakdown"]["classified"] for k, m in classified.items()})
+    recorded = [d for d in docs if real_config(d) == real_config(main) and (d.get("slopes") or {}).get("layers")]
+    best = max(recorded, key=lambda d: (len(d["slopes"]["layers"]), d["_date"]), default=None)
+    if best is not None and len(best["slopes"]["layers"]) > len((fit or {}).get("layers") or []):
+        return best["slopes"], [best], True
+    return fit, _unique(m["doc"] for m in classified.values()) if fit else [], False
+
+
+def _unique(docs) -> list[dict]:
+    seen, out = set(), []
+    for d in docs:
+        if d is not None and d["_path"] not in seen:
+            seen.add(d["_path"])
+            out.append(d)
+    return out
+
+
 def real_server(data_dir: str | Path, *, allow_fixture: bool = False) -> dict | None:
-    """The real-server run phase 3 shows: the newest one on a real server, else the newest
-    emulated one (its "emulated": true, which the page must say), None when there is neither.
-    An emulated run never hides a real one, whatever their dates."""
+    """The real-server evidence phase 3 shows, chosen per part, None when there is no file.
+
+    The device job writes one file per call, so one configuration's evidence is spread over
+    several files. The returned doc is the canary run: the newest real file with a `canary` step
+    (else the newest real file); only when no real file exists the newest emulated one (its
+    "emulated": true, which the page must say): an emulated run never hides a real one. Attached:
+      _planted_doc    the file whose `planted` step is shown (_step_doc: the run's own, else the
+                      newest of its configuration, else the newest of any), or None
+      _promote_doc    the same for `promote`
+      _breakdowns     {layers: {"breakdown", "doc"}}: every file of the run's configuration
+                      (real_config) merged by layer count; never another configuration's
+      _slopes, _slopes_docs, _slopes_recorded  the per-layer slope over them (breakdown.slopes),
+                      the files it reads, and whether it is a file's recorded one instead
+      _files          every file used, the run first
+    """
     docs = load_all(data_dir, REAL_SERVER) if Path(data_dir).is_dir() else []
     if not docs:
         return None
@@ -178,8 +261,18 @@ def real_server(data_dir: str | Path, *, allow_fixture: bool = False) -> dict | 
         for k in ("gpu", "sms", "driver", "cuda", "torch"):
             d.setdefault(k, (d.get("device") or {}).get(k, "not recorded"))
         d.setdefault("commit", "not recorded")
-    real = [d for d in docs if not d.get("emulated")]
-    return _showable(max(real or docs, key=lambda d: d["_date"]), allow_fixture)
+    pool = [d for d in docs if not d.get("emulated")] or docs
+    with_canary = [d for d in pool if (d.get("steps") or {}).get("canary")]
+    main = max(with_canary or pool, key=lambda d: d["_date"])
+    planted, promote = _step_doc(main, pool, "planted"), _step_doc(main, pool, "promote")
+    merged = _merged_breakdowns(main, pool)
+    fit, fit_docs, recorded = _merged_slopes(main, pool, merged)
+    files = _unique([main, planted, promote, *(m["doc"] for m in merged.values()), *fit_docs])
+    for d in files:
+        _showable(d, allow_fixture)
+    main.update(_planted_doc=planted, _promote_doc=promote, _breakdowns=merged, _slopes=fit,
+                _slopes_docs=fit_docs, _slopes_recorded=recorded, _files=files)
+    return main
 
 
 # The KV pool a measurement read (bench rows' and backend cases' "kv_dtype"): SGLang's bf16

@@ -288,8 +288,9 @@ def anchor(name: str) -> str:
 # -- phase 3: the real-server canary (kernel/sglang/real_server's merged JSON, data.real_server) --
 def real_label(doc: dict) -> str:
     """What served a real-server file, from the file: "real SGLang <version> server, dummy-weight
-    <N>-layer MLA model, one <GPU>", or an EMULATED label for the job's --emulate run; a run of
-    another algorithm than EAGLE (the job's --algorithm DFLASH) says so, with its block."""
+    <N>-layer MLA model, one <GPU>", then what the flash arm did with EAGLE's draft extend
+    (data.real_draft_extend), or an EMULATED label for the job's --emulate run; a run of another
+    algorithm than EAGLE (the job's --algorithm DFLASH) says so, with its block."""
     # a file without "algorithm" predates --algorithm: the job ran EAGLE only
     algo = doc.get("algorithm") or "EAGLE"
     spec = "" if algo == "EAGLE" else f", {algo} speculative decoding" + (
@@ -301,10 +302,37 @@ def real_label(doc: dict) -> str:
         (str(s.get("server_args", {}).get("version")) for s in ((doc.get("steps") or {}).get("up") or {}).get(
             "groups", {}).values() if (s.get("server_args") or {}).get("version")), "(version not recorded)")
     gpu = str(doc.get("gpu", "GPU")).removeprefix("NVIDIA ")
-    # a flash arm that also ran EAGLE's draft extend through the kernel is another configuration
-    draft = (doc.get("plugin_env") or {}).get("MLA_VERIFY_DRAFT_EXTEND") == "1"
+    # the flash arm with EAGLE's draft extend through the kernel or left to SGLang: two configurations
+    draft = data.real_draft_extend(doc)
     return (f"real SGLang {ver} server, dummy-weight {doc.get('layers')}-layer MLA model, one {gpu}" + spec
-            + (", flash arm with MLA_VERIFY_DRAFT_EXTEND=1 (EAGLE's draft extend on the kernel)" if draft else ""))
+            + ("" if draft is None else ", " + DRAFT_WORDS[draft]))
+
+
+DRAFT_WORDS = {True: "EAGLE's draft extend on, through the kernel",
+               False: "EAGLE's draft extend off, left to SGLang"}
+
+
+def config_words(doc: dict, main: dict | None = None) -> str:
+    """A real-server file's configuration in words (data.real_config), or with `main` only what
+    differs from main's: "EAGLE's draft extend off, left to SGLang", "kernel 1b7e0c2732557aff"."""
+    emulated, gpu, algo, block, draft, kernel = data.real_config(doc)
+    ref = data.real_config(main) if main is not None else (None,) * 6
+    words = [w for w, a, b in (
+        ("EMULATED" if emulated else "real servers", emulated, ref[0]),
+        (f"on {gpu}", gpu, ref[1]),
+        (algo + (f" (block {block})" if block else ""), (algo, block), (ref[2], ref[3])),
+        (DRAFT_WORDS.get(draft, ""), draft, ref[4]),
+        (f"kernel {kernel or 'not recorded'}", kernel, ref[5])) if a != b and w]
+    return ", ".join(words) if words else "the same configuration"
+
+
+def from_file(doc: dict, main: dict) -> str:
+    """"" when doc is main; else where a part came from: "from <file>, the same configuration" or
+    "from <file>, run with <what differs>"."""
+    if doc is main or doc.get("_path") == main.get("_path"):
+        return ""
+    same = data.real_config(doc) == data.real_config(main)
+    return f"from {_file(doc)}, " + ("the same configuration" if same else f"run with {config_words(doc, main)}")
 
 
 def _when(doc: dict) -> str:
@@ -327,7 +355,10 @@ def planted_caught(doc: dict) -> dict | None:
 
 def live_canary(doc: dict | None, emulated_decision: str) -> dict:
     """The index's "canary on a live service" line: the real-server canary when a file of a real
-    run is in the data (its date, GPU, layer count), else only the emulated endpoints."""
+    run is in the data (its date, GPU, layer count, configuration), and the planted fault's
+    rollback, which data.real_server may take from another file (named, with its configuration
+    where it differs); else only the emulated endpoints. PASS: the canary passed and a planted
+    fault was rolled back; INCOMPLETE: either is missing."""
     check = "canary on a live service"
     if doc is None or doc.get("emulated"):
         extra = (f"; the newest real-server file is an EMULATED run ({_file(doc)}), not a real server"
@@ -336,7 +367,8 @@ def live_canary(doc: dict | None, emulated_decision: str) -> dict:
                        "real-server")
     steps = doc.get("steps") or {}
     c, pr = steps.get("canary"), steps.get("promote")
-    pl = planted_caught(doc)
+    p_doc = doc.get("_planted_doc", doc)
+    pl = planted_caught(p_doc) if p_doc is not None else None
     parts, ok, missing = [], True, []
     if c is None:
         missing.append("canary")
@@ -344,12 +376,14 @@ def live_canary(doc: dict | None, emulated_decision: str) -> dict:
         ok = ok and c.get("status") == "ok"
         parts.append("canary passed its gates" if c.get("status") == "ok" else f"canary FAILED: {c.get('summary')}")
     if pl is None:
-        missing.append("planted fault")
+        missing.append("planted fault (no real-server file has one)")
     else:
         ok = ok and pl["ok"]
-        parts.append(f"a planted verify fault was rolled back at the {pl['gate']} gate" if pl["ok"] else
-                     f"the planted verify fault was NOT handled as it should: {pl['summary']}")
-    if pr is not None:
+        where = from_file(p_doc, doc)
+        parts.append((f"a planted verify fault was rolled back at the {pl['gate']} gate" if pl["ok"] else
+                      f"the planted verify fault was NOT handled as it should: {pl['summary']}")
+                     + (f" ({where})" if where else ""))
+    if pr is not None:   # only the run's own: another run's promote says nothing of this canary's
         ok = ok and pr.get("status") == "ok"
         parts.append("promote completed" if pr.get("status") == "ok" else f"promote FAILED: {pr.get('summary')}")
     if missing:
@@ -375,8 +409,11 @@ def real_speed(doc: dict) -> dict | None:
 
 
 def planted(doc: dict | None) -> dict:
+    """The planted fault's rollback from the file data.real_server picked for it (doc's
+    "_planted_doc", else doc itself), labelled with that file's configuration."""
     check = "a wrong verify kernel is caught and rolled back"
-    pl = planted_caught(doc) if doc is not None else None
+    p_doc = doc.get("_planted_doc", doc) if doc is not None else None
+    pl = planted_caught(p_doc) if p_doc is not None else None
     if pl is None:
         return finding("planted", check, "no real-server run with a planted fault in the data", "open", "real-planted")
     num = pl["numerics"]
@@ -384,10 +421,10 @@ def planted(doc: dict | None) -> dict:
             + (f" (top-1 {num['top1_agreement']:.3f}, mean |delta logprob| {num['mean_abs_logprob_diff']:.3g})"
                if pl["gate"] == "numerics" and num.get("top1_agreement") is not None else "")
             + f"; {pl['canary']} back on {pl['after']}")
-    if doc.get("emulated"):
-        return finding("planted", check, f"EMULATED only ({_file(doc)}): {text}", "open", "real-planted")
-    return finding("planted", check, f"{text}, on the {real_label(doc)}", "pass" if pl["ok"] else "fail",
-                   "real-planted")
+    if p_doc.get("emulated"):
+        return finding("planted", check, f"EMULATED only ({_file(p_doc)}): {text}", "open", "real-planted")
+    return finding("planted", check, f"{text}, on the {real_label(p_doc)} ({_when(p_doc)})",
+                   "pass" if pl["ok"] else "fail", "real-planted")
 
 
 def extend_followups(doc: dict | None) -> dict:

@@ -9,6 +9,7 @@ import copy
 import json
 import re
 import shutil
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ FIXTURE = sorted((Path(__file__).parent / "fixtures").glob("real-server-emulated
 SMOKE = ("-p", "smoke", "true", "-p", "context_tokens", "16384", "-p", "rounds", "5",
          "-p", "max_new_tokens", "4", "-p", "time_scale", "0.01")
 REAL_LABEL = "real SGLang 0.5.23 server, dummy-weight 4-layer MLA model, one H200"
+ON, OFF = ", EAGLE's draft extend on, through the kernel", ", EAGLE's draft extend off, left to SGLang"
 
 
 def emulated_doc() -> dict:
@@ -82,7 +84,7 @@ def page_text(tmp_path: Path) -> str:
 
 
 def verdict_text(tmp_path: Path) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (tmp_path / "reports" / "index.html").read_text()))
+    return unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (tmp_path / "reports" / "index.html").read_text())))
 
 
 # -- loading and findings (no render) ----------------------------------------------------------
@@ -122,7 +124,7 @@ def test_the_live_canary_line_says_which_it_has(tmp_path):
     real = _loaded(as_gpu_run(emulated_doc()), tmp_path)
     line = findings.live_canary(real, "unused")
     assert line["status"] == "pass" and line["id"] == "decision" and line["check"] == "canary on a live service"
-    assert line["text"].startswith(f"PASS on a {REAL_LABEL} (2026-12-05, real-server-x.json)")
+    assert line["text"].startswith(f"PASS on a {REAL_LABEL}{ON} (2026-12-05, real-server-x.json)")
     assert "rolled back at the numerics gate" in line["text"] and "promote completed" in line["text"]
     broken = as_gpu_run(emulated_doc())
     broken["steps"]["planted"]["status"] = "failed"
@@ -135,8 +137,8 @@ def test_the_index_verdict_carries_the_line(tmp_path):
     real = _loaded(as_gpu_run(emulated_doc()), tmp_path)
     rec = {"03_canary_ab": {"findings": [findings.live_canary(real, "x"), findings.planted(real),
                                          findings.extend_followups(real)]}}
-    html = index.verdict(rec)
-    assert f"PASS on a {REAL_LABEL} (2026-12-05" in html and "03_canary_ab.html#real-server" in html
+    html = unescape(index.verdict(rec))
+    assert f"PASS on a {REAL_LABEL}{ON} (2026-12-05" in html and "03_canary_ab.html#real-server" in html
     assert "03_canary_ab.html#real-planted" in html and "03_canary_ab.html#real-extend" in html
 
 
@@ -170,27 +172,29 @@ def test_a_gpu_run_renders_as_the_real_server_with_its_breakdown(tmp_path, fixtu
     d = write(tmp_path / "data", fixture_dir, doc)
     assert cli(tmp_path, "phase3", *SMOKE, "-p", "data_dir", str(d)) == 0
     page = page_text(tmp_path)
-    assert f"Real SGLang server canary: {REAL_LABEL}" in page
+    assert f"Real SGLang server canary: {REAL_LABEL}{ON}" in page
     for part in ("the canary's gates", "decode speed per arm", "a planted verify fault", "promote",
                  "where the flash arm's step goes", "follow-up turns and the prompt's prefill", "server arguments"):
         assert f"Real server: {part}" in page, part
     assert "EMULATED real-server run" not in page and "EMULATED, not a real server" not in page
     c4 = doc["breakdowns"]["4"]["classified"]
     assert f"4 target layers, flash arm: a {c4['step_ms']:,.1f} ms step" in page
-    assert "Per-layer slope: least-squares line over the breakdowns at 4, 16 layers" in page
+    assert "Per-layer slope: least-squares line over the breakdowns at 4, 16 layers (computed here" in page
     assert f"{doc['slopes']['fits']['step_ms']['per_layer_ms']:,.3f}" in page
     assert "Caught by the numerics gate" in page and "k3rn3lh45h" in page and "c0ffee1" in page
     pre = doc["extend_over_prefix"]["prefill"]["flash"]
     assert f"{pre['prefill_ms_per_layer'] / 1000:,.3f}" in page
     rec = index.read_record(tmp_path / "reports" / "03_canary_ab.html")
-    assert rec["real_server"] == {"file": "real-server-0.json", "emulated": False, "label": REAL_LABEL,
+    assert rec["real_server"] == {"file": "real-server-0.json", "emulated": False, "label": REAL_LABEL + ON,
                                   "date": "2026-12-05T10:00:00Z", "gpu": "NVIDIA H200", "layers": 4,
-                                  "decision": rec["findings"][0]["text"]}
+                                  "decision": rec["findings"][0]["text"],
+                                  "parts": {"planted": "real-server-0.json", "promote": "real-server-0.json",
+                                            "breakdowns": {"4": "real-server-0.json", "16": "real-server-0.json"}}}
     assert rec["gate_pass"] is False            # this page's own A/B still ran on emulators
     ids = [f["id"] for f in rec["findings"]]
     assert ids[:4] == ["decision", "ratio", "planted", "extend"] and "emulated-ratio" in ids
     verdict = verdict_text(tmp_path)
-    assert f"PASS on a {REAL_LABEL} (2026-12-05, real-server-0.json)" in verdict
+    assert f"PASS on a {REAL_LABEL}{ON} (2026-12-05, real-server-0.json)" in verdict
     assert "real-server-canary" in verdict and "NVIDIA H200" in verdict
     # every link from the index to this page lands on an anchor of it; no table header is code
     html = (tmp_path / "reports" / "03_canary_ab.html").read_text()
@@ -230,18 +234,156 @@ def test_what_sglang_still_runs_and_cache_hits_are_judged_from_the_json(tmp_path
     page = page_text(tmp_path)
     assert f"{0.8 * c4['step_ms']:,.2f} ms of the {c4['step_ms']:,.1f} ms step is SGLang's attention in the " \
            "draft_extend phase (80%)" in page
-    assert "MLA_VERIFY_DRAFT_EXTEND=1" in page and "here 0.00 ms of it was the kernel's" in page
+    assert "MLA_VERIFY_DRAFT_EXTEND=0 leaves it to SGLang" in page
+    assert "This run had it on ( real-server-0.json recorded draft_extend True); 0.00 ms of it was the kernel's" in page
     table = page.split("every one hit the cached prompt", 1)[1].split("Greedy tokens", 1)[0]
     assert " yes " in table and " no " not in table
 
 
-def test_a_run_with_the_draft_extend_opt_in_says_so_in_its_label(tmp_path):
-    """The job records the plugin's opt-ins its servers inherited: a flash arm that ran EAGLE's
-    draft extend through the kernel is labelled as that configuration, one without is not."""
+def test_the_label_says_what_the_flash_arm_did_with_eagles_draft_extend(tmp_path):
+    """The job records "draft_extend"; a file written before it is on only with
+    MLA_VERIFY_DRAFT_EXTEND=1 in its plugin_env (the default was off then); DFLASH has no EAGLE
+    draft extend and its label says nothing of it."""
     plain = as_gpu_run(emulated_doc())
-    assert findings.real_label(plain) == REAL_LABEL
-    drafted = dict(plain, plugin_env={"MLA_VERIFY_DRAFT_EXTEND": "1"})
-    assert findings.real_label(drafted) == REAL_LABEL + (", flash arm with MLA_VERIFY_DRAFT_EXTEND=1 (EAGLE's draft "
-                                                         "extend on the kernel)")
-    assert findings.live_canary(_loaded(drafted, tmp_path), "unused")["text"].startswith(
-        f"PASS on a {REAL_LABEL}, flash arm with MLA_VERIFY_DRAFT_EXTEND=1")
+    assert findings.real_label(dict(plain, draft_extend=True)) == REAL_LABEL + ON
+    assert findings.real_label(dict(plain, draft_extend=False, plugin_env={})) == REAL_LABEL + OFF
+    legacy = {k: v for k, v in plain.items() if k not in ("draft_extend", "plugin_env", "algorithm", "block_size")}
+    assert findings.real_label(legacy) == REAL_LABEL + OFF
+    assert findings.real_label(dict(legacy, plugin_env={"MLA_VERIFY_DRAFT_EXTEND": "1"})) == REAL_LABEL + ON
+    assert findings.real_label(dict(legacy, plugin_env={"MLA_VERIFY_DRAFT_EXTEND": "0"})) == REAL_LABEL + OFF
+    dflash = dict(plain, algorithm="DFLASH", block_size=16)
+    assert findings.real_label(dflash) == REAL_LABEL + ", DFLASH speculative decoding (block 16, tiny DFlash draft)"
+    assert data.real_config(dflash)[4] is None and data.real_config(legacy)[4] is False
+    assert findings.live_canary(_loaded(legacy, tmp_path), "unused")["text"].startswith(f"PASS on a {REAL_LABEL}{OFF}")
+
+
+# -- several files: each part from the file that holds it ---------------------------------------
+def part_doc(date: str, *, draft: bool | None, layers: int = 4, steps=("setup", "up", "canary", "breakdown"),
+             breakdowns=(4,), step_us: int = 10000, kernel: str = "k3rn3lh45h") -> dict:
+    """A GPU run's file as one device call writes it: `steps` of those the emulated run has, its
+    breakdowns at `breakdowns` layer counts (step_us tells files apart), the draft extend recorded
+    (True/False) or, for None, a file from before the job recorded it (no plugin_env: off)."""
+    d = as_gpu_run(emulated_doc())
+    d.update(date=date, layers=layers, kernel={"hash": kernel, "prebuilt": True})
+    d["label"] = d["label"].replace("4-layer", f"{layers}-layer")
+    d["steps"] = {n: dict(d["steps"].get(n) or d["steps"]["breakdown"], layers=layers) for n in steps}
+    if draft is None:
+        for k in ("draft_extend", "plugin_env", "algorithm", "block_size"):
+            d.pop(k, None)
+    else:
+        d.update(draft_extend=draft, plugin_env={})
+    by = {n: classify(trace(n, step_us=step_us), n) for n in breakdowns}
+    d["breakdowns"] = {str(n): {**d["breakdowns"]["4"], "classified": c} for n, c in by.items()}
+    d["slopes"] = slopes(by)
+    if "canary" not in steps:
+        d["extend_over_prefix"] = None
+    return d
+
+
+def two_configurations() -> list[dict]:
+    """As reports/data holds them: an older run with draft extend off (before the key) that planted
+    a fault, canaried, promoted and profiled 4 layers; then the default with it on: canary and 4
+    layers, a breakdown-only call at 16, one at 61 carrying 4 and 16 from its machine; besides
+    them a newer off-run at 16 layers and a run of another kernel at 8, neither to be merged."""
+    return [
+        part_doc("2026-12-02T05:52:07Z", draft=None, steps=("setup", "up", "planted", "canary", "promote", "breakdown"),
+                 step_us=30000),                                                             # 0
+        part_doc("2026-12-02T07:57:39Z", draft=True, step_us=11000),                         # 1: the canary run
+        part_doc("2026-12-02T08:02:40Z", draft=True, layers=16, steps=("setup", "breakdown"),
+                 breakdowns=(4, 16), step_us=12000),                                         # 2
+        part_doc("2026-12-02T08:06:49Z", draft=True, layers=61, steps=("setup", "breakdown"),
+                 breakdowns=(4, 16, 61), step_us=13000),                                     # 3
+        part_doc("2026-12-02T09:00:00Z", draft=False, layers=16, steps=("setup", "breakdown"),
+                 breakdowns=(16,), step_us=40000),                                           # 4: off, not merged
+        part_doc("2026-12-02T09:10:00Z", draft=True, layers=8, steps=("setup", "breakdown"),
+                 breakdowns=(8,), step_us=50000, kernel="0th3rk3rn3l"),                      # 5: another kernel
+    ]
+
+
+def test_each_part_comes_from_the_file_that_holds_it(tmp_path, fixture_dir):
+    docs = two_configurations()
+    d = write(tmp_path / "data", fixture_dir, *docs)
+    real = data.real_server(d, allow_fixture=True)
+    name = lambda doc: Path(doc["_path"]).name   # noqa: E731
+    assert name(real) == "real-server-1.json"            # newest with a canary, not the newest file
+    assert name(real["_planted_doc"]) == name(real["_promote_doc"]) == "real-server-0.json"
+    # per layer count the file that measured it itself, never the off-run's 16 or the other kernel's 8
+    assert {n: name(m["doc"]) for n, m in real["_breakdowns"].items()} == {
+        4: "real-server-1.json", 16: "real-server-2.json", 61: "real-server-3.json"}
+    assert real["_breakdowns"][16]["breakdown"]["classified"] == docs[2]["breakdowns"]["16"]["classified"]
+    want = slopes({n: docs[i]["breakdowns"][str(n)]["classified"] for n, i in ((4, 1), (16, 2), (61, 3))})
+    assert real["_slopes"] == json.loads(json.dumps(want)) or real["_slopes"] == want
+    assert real["_slopes"]["layers"] == [4, 16, 61] and not real["_slopes_recorded"]
+    assert [name(f) for f in real["_files"]] == [f"real-server-{i}.json" for i in (1, 0, 2, 3)]
+    line = findings.live_canary(real, "unused")
+    assert line["status"] == "pass", line
+    assert line["text"].startswith(f"PASS on a {REAL_LABEL}{ON} (2026-12-02, real-server-1.json): canary passed")
+    assert ("rolled back at the numerics gate (from real-server-0.json, run with EAGLE's draft extend off, left "
+            "to SGLang)") in line["text"]
+    assert "promote" not in line["text"]                 # another run's promote says nothing of this canary
+    assert findings.planted(real)["text"].endswith(f"on the {REAL_LABEL}{OFF} (2026-12-02, real-server-0.json)")
+    # without any planted step: INCOMPLETE, saying none has one
+    for doc in docs:
+        doc["steps"].pop("planted", None)
+    d2 = write(tmp_path / "data2", fixture_dir, *docs)
+    line = findings.live_canary(data.real_server(d2, allow_fixture=True), "unused")
+    assert line["status"] == "open" and line["text"].startswith("INCOMPLETE on a")
+    assert "not run: planted fault (no real-server file has one)" in line["text"]
+
+
+def test_a_recorded_slope_over_more_layer_counts_wins_and_is_named(tmp_path, fixture_dir):
+    """A breakdown-only file whose slope came in through --prior from a file not in the data: its
+    recorded slope covers more layer counts than the merged breakdowns can."""
+    canary = part_doc("2026-12-02T07:57:39Z", draft=True)
+    l61 = part_doc("2026-12-02T08:06:49Z", draft=True, layers=61, steps=("setup", "breakdown"), breakdowns=(61,))
+    l61["slopes"] = slopes({n: classify(trace(n), n) for n in (4, 16, 61)})
+    real = data.real_server(write(tmp_path / "data", fixture_dir, canary, l61), allow_fixture=True)
+    assert real["_slopes"]["layers"] == [4, 16, 61] and real["_slopes_recorded"]
+    assert [Path(f["_path"]).name for f in real["_slopes_docs"]] == ["real-server-1.json"]
+
+
+def test_a_page_of_two_configurations_names_each_file(tmp_path, fixture_dir, cli):
+    docs = two_configurations()
+    d = write(tmp_path / "data", fixture_dir, *docs)
+    assert cli(tmp_path, "phase3", *SMOKE, "-p", "data_dir", str(d)) == 0
+    page = page_text(tmp_path)
+    assert f"Real SGLang server canary: {REAL_LABEL}{ON}" in page
+    assert "Real server: the canary's gates ¶ From real-server-1.json ." in page
+    assert ("Real server: a planted verify fault ¶ From real-server-0.json (EAGLE's draft extend off, left to "
+            "SGLang).") in page
+    assert "this is the newest run that did, real-server-0.json (2026-12-02T05:52:07Z), run with EAGLE's draft " \
+           "extend off, left to SGLang , not the canary run's configuration" in page
+    assert ("Real server: where the flash arm's step goes ¶ From real-server-1.json , real-server-2.json , "
+            "real-server-3.json .") in page
+    for n, i in ((4, 1), (16, 2), (61, 3)):
+        c = docs[i]["breakdowns"][str(n)]["classified"]
+        assert f"{n} target layers, flash arm: a {c['step_ms']:,.1f} ms step" in page
+        assert f"ms per layer); from real-server-{i}.json" in page
+    assert "8 target layers" not in page                 # another kernel's breakdown
+    assert f"{docs[4]['breakdowns']['16']['classified']['step_ms']:,.1f} ms step" not in page
+    assert "Per-layer slope: least-squares line over the breakdowns at 4, 16, 61 layers (computed here" in page
+    assert "ANOTHER: EAGLE's draft extend off, left to SGLang" in page     # the files table
+    for i in (0, 1, 2, 3):
+        assert f"real-server-{i}.json" in page
+    assert "real-server-4.json" not in page and "real-server-5.json" not in page
+    rec = index.read_record(tmp_path / "reports" / "03_canary_ab.html")
+    assert {s["file"] for s in rec["sources"]} >= {f"real-server-{i}.json" for i in (0, 1, 2, 3)}
+    assert rec["real_server"]["parts"] == {"planted": "real-server-0.json", "promote": "real-server-0.json",
+                                           "breakdowns": {"4": "real-server-1.json", "16": "real-server-2.json",
+                                                          "61": "real-server-3.json"}}
+    verdict = verdict_text(tmp_path)
+    assert f"PASS on a {REAL_LABEL}{ON} (2026-12-02, real-server-1.json)" in verdict
+    assert "(from real-server-0.json, run with EAGLE's draft extend off, left to SGLang)" in verdict
+
+
+def test_a_breakdown_only_newest_file_does_not_hide_the_canary(tmp_path, fixture_dir):
+    canary = part_doc("2026-12-02T07:57:39Z", draft=True)
+    newest = part_doc("2026-12-03T00:00:00Z", draft=True, layers=16, steps=("setup", "breakdown"), breakdowns=(16,))
+    real = data.real_server(write(tmp_path / "data", fixture_dir, canary, newest), allow_fixture=True)
+    assert Path(real["_path"]).name == "real-server-0.json" and real["_planted_doc"] is None
+    assert sorted(real["_breakdowns"]) == [4, 16]
+    assert findings.live_canary(real, "unused")["status"] == "open"
+    # with no canary anywhere, the newest real file is shown and says so
+    real = data.real_server(write(tmp_path / "data2", fixture_dir, newest), allow_fixture=True)
+    assert findings.live_canary(real, "unused")["text"].endswith("not run: canary, planted fault (no real-server "
+                                                                  "file has one)")

@@ -222,4 +222,4 @@ def test_phase_3_label_names_dflash(dflash_run):
     assert findings.real_label(real) == ("real SGLang 0.5.23 server, dummy-weight 4-layer MLA model, one H200, DFLASH "
                                          "speculative decoding (block 16, tiny DFlash draft)")
     assert findings.real_label(dict(real, algorithm="EAGLE", block_size=None)) == \
-        "real SGLang 0.5.23 server, dummy-weight 4-layer MLA model, one H200"
+        "real SGLang 0.5.23 server, dummy-weight 4-layer MLA model, one H200, EAGLE's draft extend on, through the kernel"
