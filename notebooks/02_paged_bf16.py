@@ -20,7 +20,8 @@
 # layout matters, which of the kernel's tile sizes serves which shape and where its time goes,
 # what it does inside SGLang over all 61 layers (timed, and through SGLang's own backend in
 # CUDA graphs), what a model estimates for the production GPU it has not run on, and how it
-# does at the production algorithm's shapes (DFLASH blocks, DDTree's padded trees).
+# does at the production algorithm's shapes (DFLASH blocks, DDTree's padded trees), and how it
+# serves EXTEND: new tokens over a cached prefix (follow-up turns, chunked prefill).
 
 # %% tags=["parameters"]
 smoke = False  # True: CI run on generated fixture data, small figures
@@ -36,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
-from notebooks import data, figures, findings, glossary, provenance
+from notebooks import data, extend_data, figures, findings, glossary, provenance
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 figures.setup(dpi=60 if smoke else 110)
@@ -50,7 +51,8 @@ dcp = data.newest_or_none(data_dir, "dcp-sim", allow_fixture=smoke)
 fixed = data.newest_or_none(data_dir, "fixed_cost", allow_fixture=smoke)
 trace = data.newest_or_none(data_dir, "trace", allow_fixture=smoke)
 sm120 = data.newest_or_none(data_dir, "sm120_model", allow_fixture=smoke)   # a model, section 11
-docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace, sm120) if d is not None]
+ext = extend_data.load(data_dir, allow_fixture=smoke)   # EXTEND over a cached prefix, section 14
+docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace, sm120, *ext.values()) if d is not None]
 df = data.bench_frame(bench)  # the comparisons: ours is `flash` alone, never its variants
 df_all = data.bench_frame(bench, variants=True)  # + forced rows64 and L2 flushed (section 7)
 tiers = data.tier_frame(df_all)
@@ -60,7 +62,7 @@ read_gbps, mma_tflops = data.ceilings(bench)
 found = [f for f in (findings.correctness(val), findings.centre_speed(df), findings.tiers(tiers),
                      findings.sglang_step(integ), findings.backend(backend),
                      findings.fp8(val, bench, backend), findings.dcp(dcp),
-                     findings.production(docs, centre_est)) if f is not None]
+                     findings.extend_kernel(ext), findings.production(docs, centre_est)) if f is not None]
 display(HTML(findings.box(found, "<b>Findings of this report</b> (computed from the data below)")))
 display(Markdown('<a id="evidence"></a>' + provenance.evidence_box(docs)))
 display(Markdown(provenance.banner(docs, measured_since)))
@@ -883,6 +885,152 @@ else:
         display(backend_table(backend_cases[algo],
                               "SGLang's real backend fed DFLASH's and DDTree's verify inputs: every case, "
                               "its largest errors, and the graph's replay time per arm"))
+
+# %% [markdown]
+# <a id="extend"></a>
+# ## 14. EXTEND over a cached prefix (issue 26)
+# A follow-up turn, a chunk of a long prompt and EAGLE's draft extend reach SGLang's
+# `forward_extend` as EXTEND: T new tokens per request over a cached prefix of S tokens, causal
+# among themselves, no tree mask. The plugin sends them to our kernel with the causal schedule
+# (a row tile stops at its last token's key). Below: one request's EXTEND timed on each pool against
+# the roofline of the ceilings measured in the same run and against SGLang's extend_attention_fwd;
+# a whole long prompt prefilled in chunks; the validation against float64 and fp32 references; and
+# SGLang's real backend with the plugin serving EXTEND, eagerly and in the draft-extend CUDA graph.
+
+# %%
+xb, xv, xs = ext["bench"], ext["validation"], ext["sglang"]
+if xb is None:
+    display(Markdown("**EXTEND timing:** no extend-bench file in the data directory "
+                     "(`python -m kernel.gpu_run --stages extend-bench` writes one)."))
+else:
+    xb_file = Path(xb["_path"]).name
+    x_read, x_mma = extend_data._ceilings(xb)
+    display(Markdown(
+        f"**Timing** (`{xb_file}`, measured {str(xb['date'])[:16]} on {xb['gpu']}): one layer's attention; "
+        f"the roofline is the bytes at the read ceiling ({x_read:,.0f} GB/s) or the FLOPs at the mma.sync ceiling "
+        f"({x_mma:,.0f} TFLOP/s), whichever is longer, both measured in that run. FLOPs count the causal block only "
+        "(new token t sees the prefix and new tokens 0..t), which is what the kernel computes."))
+    for pool in (data.BF16_KV, data.FP8_KV):
+        bt = extend_data.bench_table(xb, pool)
+        if bt.empty:
+            display(Markdown(f"No {pool} rows in `{xb_file}`."))
+            continue
+        display(figures.table(
+            bt[["T", "tile", "ours_us", "ours_tflops", "pct_mma", "pct_roofline", "bound", "alt_tile", "alt_us",
+                "sglang_us", "sglang_tflops", "speedup"]].rename(columns={
+                    "tile": "ours: tile", "ours_us": "ours, us", "ours_tflops": "ours, TFLOP/s",
+                    "pct_mma": "ours, % of mma.sync ceiling", "pct_roofline": "ours, % of roofline",
+                    "bound": "roofline bound by", "alt_tile": "other large tile", "alt_us": "other tile, us",
+                    "sglang_us": "SGLang, us", "sglang_tflops": "SGLang, TFLOP/s",
+                    "speedup": "SGLang time / ours"}),
+            {"T": "{:,}", "ours, us": "{:,.1f}", "ours, TFLOP/s": "{:,.1f}", "ours, % of mma.sync ceiling": "{:.1f}",
+             "ours, % of roofline": "{:.1f}", "other tile, us": "{:,.1f}", "SGLang, us": "{:,.1f}",
+             "SGLang, TFLOP/s": "{:,.1f}", "SGLang time / ours": "{:,.1f}x"},
+            f"EXTEND on the {pool} pool: one request of T new tokens over S = {int(bt['S'].iloc[0]):,}, H = "
+            f"{int(bt['H'].iloc[0])} (`{xb_file}`): ours at its default tile, the other large tile beside it (n/a: "
+            "not timed at that T), SGLang's extend_attention_fwd as forward_extend calls it",
+            text=("ours: tile", "other large tile"), nowrap=("ours: tile", "other large tile")))
+    pre = extend_data.prefill_table(xb)
+    if not pre.empty:
+        display(figures.table(
+            pre.assign(impl=pre["impl"].map(lambda i: "its default tile" if i == data.OURS else "the other large tile"))[
+                ["pool", "impl", "tiles", "chunks", "ms_per_layer", "tflops", "pct_mma", "all_layers_s"]].rename(
+                columns={"impl": "ours at", "tiles": "tiles its chunks ran", "ms_per_layer": "ms per layer",
+                         "tflops": "TFLOP/s", "pct_mma": "% of mma.sync ceiling",
+                         "all_layers_s": f"{data.LAYERS} layers, s"}),
+            {"ms per layer": "{:,.1f}", "TFLOP/s": "{:,.1f}", "% of mma.sync ceiling": "{:.1f}",
+             f"{data.LAYERS} layers, s": "{:,.1f}"},
+            f"Prefill of a {int(pre['prompt_tokens'].iloc[0]):,}-token prompt in "
+            f"{int(pre['chunk_tokens'].iloc[0]):,}-token chunks, ours only (`{xb_file}`): every chunk's EXTEND over "
+            f"the chunks before it, summed; {data.LAYERS} layers is that time x {data.LAYERS}, attention alone",
+            text=("tiles its chunks ran",), nowrap=("tiles its chunks ran",)))
+
+# %%
+if xv is None:
+    display(Markdown("**EXTEND validation:** no extend-validation file in the data directory "
+                     "(`python -m kernel.gpu_run --stages extend` writes one)."))
+else:
+    xv_file = Path(xv["_path"]).name
+    xvs = extend_data.validation_summary(xv)
+    display(Markdown(
+        f"**Validation** (`{xv_file}`): **{xvs['n_cases']} cases**, {xvs['n_checks']} checks (each case at its "
+        "default tier and at other tiers, outputs NaN-poisoned), "
+        + ("**all pass**" if xvs["all_pass"] else
+           f"**{xvs['n_cases'] - xvs['n_pass']} cases, {xvs['n_failing']} checks FAIL**")
+        + f" at relative tolerance {xvs['tolerance']:g}. A request small enough is checked whole against the "
+        f"float64 oracle; a bigger one at {xvs['sampled']} of its new tokens against float64 and at every row "
+        f"against fp32 matmuls, whose own error must stay below {xvs['fp32_ref_tolerance']:g}. Worst error "
+        f"**{xvs['worst']['rel_err']:.3g}** (case `{xvs['worst']['case']}`, {xvs['worst']['pool']} pool). The "
+        f"causal mask spelled out as a tree mask gives the same bits: {xvs['mask_pass']} of {xvs['mask_cases']} "
+        "cases. SGLang's extend_attention_fwd ran on the same inputs (recorded, not gated: on the fp8 pool it "
+        "rounds q and the probabilities to e4m3)."))
+    display(figures.table(
+        xvs["pools"].rename(columns={
+            "passing": "cases passing", "failing": "failing checks", "worst_rel_err": "worst error",
+            "fp32_ref_err": "fp32 reference's own error", "sglang_rel_err": "SGLang's worst error",
+            "vs_sglang": "ours against SGLang", "mask_identity": "mask spelled out: bits"}),
+        {"worst error": "{:.2e}", "fp32 reference's own error": "{:.2e}", "SGLang's worst error": "{:.2e}",
+         "ours against SGLang": "{:.2e}"},
+        f"EXTEND validation per pool (`{xv_file}`): relative errors, worst over every case and tier"))
+    bc = extend_data.validation_by_case(xv)
+    display(figures.table(
+        bc.rename(columns={"new_tokens": "new tokens", "page_size": "page",
+                           **{c: c.replace(" worst", ", worst error") for c in bc.columns if c.endswith(" worst")}}),
+        {c.replace(" worst", ", worst error"): "{:.2e}" for c in bc.columns if c.endswith(" worst")},
+        f"Every EXTEND validation case on both pools (`{xv_file}`): prefix and new lengths per request, "
+        "tiers checked and the worst error over them", text=("case", "prefixes", "new tokens"),
+        nowrap=("case", "prefixes")))
+
+# %%
+if xs is None:
+    display(Markdown("**EXTEND through SGLang's real backend:** no sglang-extend file in the data directory "
+                     "(`python -m kernel.gpu_run --stages sglang-extend` writes one)."))
+else:
+    xs_file = Path(xs["_path"]).name
+    xc = extend_data.sglang_cases(xs)
+    xf = extend_data.failures(xs)
+    display(Markdown(
+        f"**Through SGLang's real backend** (`{xs_file}`, SGLang {xs.get('sglang_version', 'version not recorded')}): "
+        "its TritonAttnBackend with the plugin installed through its hook (flash arm) and without it (triton arm) "
+        "on shared pools. EXTEND cases run every layer's forward_extend eagerly, as SGLang runs prefill attention; "
+        "draft-extend cases capture SGLang's draft-extend CUDA graph once per arm and replay it with new batches. "
+        f"**{int(xc['pass'].sum())} of {len(xc)} cases pass**"
+        + ("." if not xf else f"; **{len(xf)} FAIL**: " + ", ".join(f"`{f['case']}`" for f in xf) + ".")
+        + f" A case passes when every call ran the kernel, every output is finite, its error against the float64 "
+        f"references is within {xs['tol']:g} and against the triton arm within its tolerance "
+        f"({xs['tol']:g} on bf16, {xs.get('fp8_control_tol', float('nan')):g} on fp8, where SGLang rounds q and "
+        "the probabilities to e4m3)."))
+    display(figures.table(
+        xc[["what", "case", "pool", "prefixes", "new_tokens", "page_size", "layers", "pass", "finite",
+            "err_float64_rows", "err_all", "vs_control", "graph_vs_eager", "flash_ms", "triton_ms", "per",
+            "speedup", "why"]].rename(columns={
+                "what": "call", "new_tokens": "new tokens", "page_size": "page", "err_float64_rows": "error, float64 rows",
+                "err_all": "error, every row", "vs_control": "against triton", "graph_vs_eager": "graph against eager",
+                "flash_ms": "flash, ms", "triton_ms": "triton, ms", "per": "time per", "speedup": "triton / flash",
+                "why": "why it failed"}),
+        {"error, float64 rows": "{:.2e}", "error, every row": "{:.2e}", "against triton": "{:.2e}",
+         "graph against eager": "{:.2e}", "flash, ms": "{:,.3f}", "triton, ms": "{:,.3f}", "triton / flash": "{:,.1f}x"},
+        f"EXTEND and EAGLE's draft extend through SGLang's real backend (`{xs_file}`): every case, its largest "
+        "errors (a draft case's over its replays), and each arm's time",
+        text=("call", "case", "prefixes", "new tokens", "why it failed"), nowrap=("call", "case", "prefixes")))
+    for f in xf:
+        r = xc[xc["case"] == f["case"]].iloc[0]
+        errs = (f"its errors: {r['err_float64_rows']:.2e} on the float64 rows and {r['err_all']:.2e} on every row "
+                f"(tolerance {xs['tol']:g}), {r['vs_control']:.2e} against triton (tolerance {r['control_tol']:g})"
+                if pd.notna(r["err_all"]) and pd.notna(r["vs_control"]) else "its errors were not measured")
+        if f["fix"] is None:
+            cause = "**No cause is recorded: the failure is unexplained.**"
+        else:
+            state = {False: f"which does not contain it: **the fix is not yet measured on a GPU**; the case "
+                            "counts as failing until a run at or after the fix passes it",
+                     True: "which contains it: **the failure stands after the fix, so the recorded cause does "
+                           "not explain it**",
+                     None: "and git here cannot tell whether that commit contains the fix: **treat the fix as "
+                           "not measured**"}[f["fix_measured"]]
+            cause = (f"Cause (recorded in `notebooks/extend_data.py`, not a field of the file): {f['fix']['cause']}. "
+                     f"Fixed in commit `{f['fix']['commit']}`; `{xs_file}` was measured at commit `{xs['commit']}`, "
+                     f"{state}.")
+        display(Markdown(f"**`{f['case']}` ({f['what']}, {r['pool']} pool) FAILS:** {f['why']}; {errs}. {cause}"))
 
 # %%
 provenance.write_record(record_path, "Phase 2: paged bf16 MLA tree-verify attention", docs,

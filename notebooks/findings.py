@@ -459,3 +459,46 @@ def extend_followups(doc: dict | None) -> dict:
         return finding("extend", check, f"EMULATED only ({_file(doc)}): {text}", "open", "real-extend")
     return finding("extend", check, f"{text} ({real_label(doc)})",
                    "fail" if g and not g.get("equal") and not g.get("errors") else "info", "real-extend")
+
+
+# ---- EXTEND over a cached prefix at the kernel level (issue 26; phase 2's section "extend") ----
+def extend_kernel(ext: dict) -> dict | None:
+    """EXTEND over a cached prefix, from notebooks.extend_data.load()'s files: the validation's
+    cases, SGLang's backend's cases (a failing one named, with its cause where one is recorded),
+    and ours against SGLang's kernel at the largest T on the bf16 pool. None when no file exists."""
+    from . import extend_data
+    if not any(ext.values()):
+        return None
+    check = "EXTEND over a cached prefix: correct on both pools, in the kernel and through SGLang's backend"
+    parts, failed, missing = [], False, []
+    if ext.get("validation") is not None:
+        v = extend_data.validation_summary(ext["validation"])
+        failed |= not v["all_pass"]
+        parts.append(f"validation {v['n_pass']}/{v['n_cases']} cases pass ({v['n_checks']} checks, "
+                     f"{', '.join(v['pools']['pool'])}; worst {v['worst']['rel_err']:.2e})")
+    else:
+        missing.append("validation")
+    if ext.get("sglang") is not None:
+        c = extend_data.sglang_cases(ext["sglang"])
+        fails = extend_data.failures(ext["sglang"])
+        failed |= bool(fails)
+        text = f"SGLang's backend {int(c['pass'].sum())}/{len(c)} pass"
+        for f in fails:
+            text += f"; FAIL {f['case']}: {f['why']}"
+            if f["fix"]:
+                text += (" (the harness; its fix " + {True: "measured", False: "not yet measured",
+                                                      None: "not known to be measured"}[f["fix_measured"]] + ")")
+        parts.append(text)
+    else:
+        missing.append("SGLang's backend")
+    if ext.get("bench") is not None:
+        b = extend_data.bench_table(ext["bench"])
+        if not b.empty and b["sglang_us"].notna().any():
+            r = b[b["sglang_us"].notna()].iloc[-1]
+            parts.append(f"T = {int(r['T']):,} over S = {int(r['S']):,}: {r['ours_us'] / 1e3:,.1f} ms against "
+                         f"SGLang's {r['sglang_us'] / 1e3:,.1f} ms a layer ({r['speedup']:,.1f}x, "
+                         f"{r['pct_mma']:.0f}% of the mma.sync ceiling)")
+    if missing:
+        parts.append("not measured here: " + ", ".join(missing))
+    return finding("extend-kernel", check, "; ".join(parts),
+                   "fail" if failed else "open" if missing else "pass", "extend")

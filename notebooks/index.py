@@ -20,7 +20,9 @@ HEADLINE = (("02_paged_bf16", "correctness"), ("02_paged_bf16", "centre"),
             ("02_paged_bf16", "tiers"), ("02_paged_bf16", "step"),
             ("02_paged_bf16", "backend"), ("02_paged_bf16", "fp8"), ("02_paged_bf16", "dcp"),
             ("03_canary_ab", "decision"),
-            ("03_canary_ab", "ratio"), ("03_canary_ab", "planted"), ("03_canary_ab", "extend"),
+            ("03_canary_ab", "ratio"), ("03_canary_ab", "planted"),
+            ("02_paged_bf16", "extend-kernel"),   # EXTEND: the kernel's evidence, then the real server's
+            ("03_canary_ab", "extend"),
             ("02_paged_bf16", "production"))
 
 
