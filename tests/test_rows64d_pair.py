@@ -56,3 +56,11 @@ def test_fits_sm120_without_spills_and_notes_say_its_size(lib_dir):
     assert all(r["spill_stores"] == r["spill_loads"] == r["stack"] == 0 for r in rows), rows
     notes = (ROOT / "kernel" / "NOTES.md").read_text()
     assert f"{smem:,} B of dynamic shared memory" in notes
+
+
+def test_the_graph_check_replays_tier_9_on_bf16_only():
+    """Tier 9 must pass graph replay = eager before it can be a default (NOTES, issue 25); it
+    reads bf16 pools only, so the fp8 graph check leaves it out."""
+    from kernel.bench.validate import FP8_GRAPH_CONFIGS, GRAPH_CONFIGS
+    assert any(tier == 9 for _, _, tier in GRAPH_CONFIGS)
+    assert all(tier not in (0, 9) for _, _, tier in FP8_GRAPH_CONFIGS)

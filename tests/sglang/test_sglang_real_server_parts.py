@@ -204,7 +204,13 @@ def test_the_default_run_splits_into_two_calls_under_ten_minutes():
 
 def test_estimates_follow_the_measurements():
     assert estimates.prefill_s(4) == pytest.approx(25.4) and estimates.prefill_s(16) == pytest.approx(86.1)
-    assert estimates.step_ms("triton", 16) == pytest.approx(600.0) and estimates.step_ms("flash", 4) == pytest.approx(37)
+    assert estimates.step_ms("triton", 16) == pytest.approx(600.0) and estimates.step_ms("flash", 4) == pytest.approx(5)
+    # the flash arm's measured points (draft extend on the kernel): the middle segment is used between them
+    assert estimates.prefill_s(61, arm="flash") == pytest.approx(105.6)
+    assert estimates.prefill_s(30, arm="flash") == pytest.approx(29.2 + (105.6 - 29.2) * 14 / 45)
+    assert estimates.step_ms("flash", 61) == pytest.approx(20.5)
+    # the 61-layer breakdown on a server of its own: start + flash prefill + measure, as the H200 took (223 s)
+    assert 180 < estimates.step_estimate("breakdown", layers=61, flash_server_ready=False)[0] < 260
     assert estimates.step_estimate("breakdown", layers=61, flash_server_ready=False)[0] > \
         estimates.step_estimate("breakdown", layers=16, flash_server_ready=False)[0]
     with pytest.raises(ValueError, match="unknown step"):
