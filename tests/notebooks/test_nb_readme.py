@@ -40,3 +40,16 @@ def test_readme_case_count_is_the_newest_validation_file():
     default = re.search(r'"--cases", type=int, default=(\d+)', (ROOT / "kernel" / "gpu_run.py")
                         .read_text())
     assert default and m.group(1) == default.group(1), "kernel.gpu_run's --cases default"
+
+
+def test_readme_real_server_speed_is_the_canary_phase_3_shows():
+    m = _one(r"the flash arm decoded ([\d.]+) tokens/s against ([\d.]+) on SGLang's triton path, ([\d.]+) "
+             r"against ([\d.]+) ms a step \(`reports/data/([^`]+)`")
+    doc = data.real_server(DATA)
+    assert doc is not None and not doc.get("emulated"), "no real-server canary in reports/data"
+    assert m.group(5) == Path(doc["_path"]).name, f"cite the canary phase 3 shows: {doc['_path']}"
+    speed = doc["steps"]["canary"]["speed"]
+    cand, ctrl = speed["candidate"], speed["control"]
+    assert m.group(1) == f"{cand['median_tok_s']:.1f}" and m.group(2) == f"{ctrl['median_tok_s']:.1f}"
+    assert m.group(3) == f"{cand['median_step_ms']:.1f}" and m.group(4) == f"{ctrl['median_step_ms']:.1f}"
+    assert f"{doc['layers']}-layer" in README and speed["passed"] is True
