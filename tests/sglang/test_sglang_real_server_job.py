@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ports import free_ports
+
 from kernel.sglang.real_server import environment as envmod
 from rollout.inventory import load
 from rollout.launchers import make_launcher
@@ -19,16 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # a context where the emulated triton arm is ~10x slower than flash, so the speed gate's verdict
 # does not depend on the machine's load
 GATES = ["--gate", "context_tokens=16384", "--gate", "max_new_tokens=16", "--gate", "numerics_prompts=2"]
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def run_job(root, out, ports, steps, timeout=420):
@@ -206,14 +198,25 @@ def test_budget_leaves_a_step_that_would_not_finish_for_the_next_call(tmp_path):
 
 
 def test_breakdown_at_a_layer_count_no_group_serves_uses_a_flash_server_of_its_own(tmp_path):
+    """Its own server takes the first free port after the groups': the next one is held here (as
+    another fleet on the machine would hold it), so the job must pass over it."""
     root, out, ports = tmp_path / "root", tmp_path / "out", free_ports(2)
+    held = socket.socket()
+    try:
+        held.bind(("127.0.0.1", max(ports) + 1))
+    except OSError:
+        held.close()
+        held = None                      # taken already: the job must pass over it all the same
     try:
         r = run_job(root, out, ports, "breakdown", timeout=180)
     finally:
+        if held is not None:
+            held.close()
         stop_all(root)
     assert r.returncode == 0, r.stdout[-4000:]
     b = json.loads((root / "results" / "L4" / "breakdown.json").read_text())
-    assert b["url"] == f"http://127.0.0.1:{max(ports) + 1}" and b["stopped"] == "drained"
+    own = int(b["url"].rsplit(":", 1)[1])
+    assert b["url"] == f"http://127.0.0.1:{own}" and own > max(ports) + 1 and b["stopped"] == "drained"
     assert b["timed"][1]["tok_s"] > 0 and Path(b["server_log"]).name.startswith("breakdown-L4-flash-")
     assert not (root / "rollout-state" / "pids" / "breakdown-L4.json").exists()
-    assert not any(port_open(p) for p in [*ports, max(ports) + 1])
+    assert not any(port_open(p) for p in [*ports, own])

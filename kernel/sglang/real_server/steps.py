@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -425,11 +426,25 @@ def step_promote(ctx) -> dict:
         for n, p in result["promoted"].items()) + ")", **result}
 
 
+def _free_port_from(port: int, host: str = "127.0.0.1") -> int:
+    """The first port from `port` up that nothing listens on or holds bound now (another fleet on
+    the machine, e.g. the DFLASH example's 30002-30003, may own the next one)."""
+    for p in range(port, 65536):
+        with socket.socket() as s:
+            try:
+                s.bind((host, p))
+            except OSError:
+                continue
+            return p
+    raise StepFailed(f"no free port from {port} up for the breakdown's own server", {})
+
+
 def _dedicated_server(ctx):
     """A flash server of its own for a layer count the rollout groups do not serve: the local
-    launcher on the next port, the inventory's launch with this layer count's model."""
+    launcher on the first free port after the groups', the inventory's launch with this layer
+    count's model."""
     inv = load(ctx.paths.inventory)
-    port = max(g.port for g in inv.groups) + 1
+    port = _free_port_from(max(g.port for g in inv.groups) + 1)
     group = Group(name=f"breakdown-L{ctx.layers}", host="127.0.0.1", port=port, gpus=[0], launcher="local")
     inv.launch = {**inv.launch, "model_path": str(ctx.paths.model(ctx.layers))}
     return group, make_launcher(group, inv), inv
