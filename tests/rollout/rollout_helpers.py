@@ -4,25 +4,15 @@ test folder on sys.path.)"""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ports import free_ports   # re-exported: the rollout tests import it from here
 
 REPO = Path(__file__).resolve().parents[2]
 TIME_SCALE = "0.1"
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def run_tool(inv: Path, *args, timeout: float = 90, **kw) -> subprocess.CompletedProcess:

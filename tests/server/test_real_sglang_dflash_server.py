@@ -26,24 +26,16 @@ for the module (it prints its timings).
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from dist_info import ROOT, write_dist_info, write_this_checkout
+from cpu_fleet import CpuFleet
 from kernel.sglang.model_configs import tiny_mla, write_tiny_dflash_draft, write_tiny_mla
 
-HERE = Path(__file__).resolve().parent
-CPU_SITE = HERE / "cpu_site"
-CPU_FLAGS = ["--device", "cpu", "--dtype", "float32", "--max-total-tokens", "1024",
-             "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
-             "--load-format", "dummy", "--skip-tokenizer-init", "--triton-attention-num-kv-splits", "1"]
 BLOCK = 4
 # what the DFLASH path of this configuration calls (the sgl_kernel stand-ins and the plugin's hooks)
 DFLASH_STANDINS = {"cpu-platform@_handle_dflash", "copy_all_layer_kv_cache_cpu", "assign_req_to_token_pool_cpu",
@@ -51,64 +43,16 @@ DFLASH_STANDINS = {"cpu-platform@_handle_dflash", "copy_all_layer_kv_cache_cpu",
                    "input_embeds.to(weight dtype)@DFlashDraftModel.forward"}
 
 
-class DflashServer:
+class DflashServer(CpuFleet):
+    """g0: the emulator (DFLASH's shape); g1: SGLang's real server with DFLASH and the tiny draft."""
+
     def __init__(self, tmp: Path):
-        self.tmp, self.timings = tmp, {}
         model = write_tiny_mla(tmp / "model", layers=2)
         self.draft = write_tiny_dflash_draft(tmp / "draft", tiny_mla(2), block_size=BLOCK)
-        site = tmp / "site"
-        write_this_checkout(site)
-        write_dist_info(site, "mla-verify-cpu-test-plugin",
-                        {"sglang.srt.plugins": {"mla_verify_cpu_test": "mla_verify_cpu_test_plugin:register"}})
-        self.standin_log = tmp / "standins.log"
-        self.env = {k: v for k, v in os.environ.items() if k not in ("MLA_VERIFY_BACKEND", "SGLANG_PLUGINS")}
-        self.env.update(PYTHONPATH=os.pathsep.join([str(site), str(CPU_SITE), str(ROOT)]), SGLANG_USE_CPU_ENGINE="1",
-                        TRITON_INTERPRET="1", HF_HUB_OFFLINE="1", MLA_VERIFY_STANDIN_LOG=str(self.standin_log))
-        socks = [socket.socket() for _ in range(2)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        emulator_port, self.port = (sock.getsockname()[1] for sock in socks)
-        for sock in socks:
-            sock.close()
-        # the rollout tool keeps one group serving: g0, rollout's emulator, is the other
-        emulator = ["{python}", "-m", "rollout.emulator", "--port", "{port}", "--data-dir", str(ROOT / "reports" / "data"),
-                    "--time-scale", "0.01", "--enable-metrics", "--speculative-algorithm", "DFLASH"]
-        self.state_dir = tmp / ".rollout"
-        lines = [
-            "[rollout]", "startup_deadline_s = 900", "drain_deadline_s = 120", "health_timeout_s = 30",
-            f"results_dir = {json.dumps(str(tmp / 'results'))}",
-            "[launch]", f"python = {json.dumps(sys.executable)}", f"model_path = {json.dumps(str(model))}",
-            'speculative_algorithm = "DFLASH"', f"draft_model_path = {json.dumps(str(self.draft))}",
-            f"speculative_dflash_block_size = {BLOCK}", "context_length = 256", f"extra_args = {json.dumps(CPU_FLAGS)}",
-            "[[group]]", 'name = "g0"', 'host = "127.0.0.1"', f"port = {emulator_port}", "gpus = [1]",
-            'launcher = "local"', f"command = {json.dumps(emulator)}",
-            "[[group]]", 'name = "g1"', 'host = "127.0.0.1"', f"port = {self.port}", "gpus = [0]", 'launcher = "local"',
-        ]
-        self.inv = tmp / "inventory.toml"
-        self.inv.write_text("\n".join(lines) + "\n")
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def cli(self, *args, timeout: float = 1200) -> subprocess.CompletedProcess:
-        t0 = time.monotonic()
-        r = subprocess.run([sys.executable, "-m", "rollout", *args, "--inventory", str(self.inv)], cwd=ROOT,
-                           env=self.env, capture_output=True, text=True, timeout=timeout)
-        self.timings[" ".join(args)] = round(time.monotonic() - t0, 1)
-        return r
-
-    def launcher(self, name: str = "g1"):
-        from rollout.inventory import load
-        from rollout.launchers import make_launcher
-
-        inv = load(self.inv)
-        return make_launcher(inv.group(name), inv)
-
-    def log_tail(self, n: int = 3000) -> str:
-        logs = sorted((self.state_dir / "logs").glob("g1-triton-*.log"))
-        return logs[-1].read_text()[-n:] if logs else "(no log)"
-
-    def standins(self) -> set[str]:
-        return {line.split(" ", 1)[1] for line in self.standin_log.read_text().splitlines()} \
-            if self.standin_log.exists() else set()
+        super().__init__(tmp, model, ['speculative_algorithm = "DFLASH"',
+                                      f"draft_model_path = {json.dumps(str(self.draft))}",
+                                      f"speculative_dflash_block_size = {BLOCK}"],
+                         emulator_args=["--speculative-algorithm", "DFLASH"])
 
 
 @pytest.fixture(scope="module")
@@ -121,9 +65,7 @@ def server(tmp_path_factory):
         s.timings["g1 serving after"] = float(seconds.group(1)) if seconds else -1
         yield s
     finally:
-        for name in ("g0", "g1"):
-            if (s.state_dir / "pids" / f"{name}.json").exists():
-                s.launcher(name).stop("triton")
+        s.stop_all()
         print(f"\ntimings (s): {json.dumps(s.timings)}")
 
 

@@ -38,12 +38,8 @@ start, a second start on triton, its gates), stop 1-3 s; 217 s in all (two runs)
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from datetime import datetime, timezone
@@ -52,17 +48,13 @@ from pathlib import Path
 
 import pytest
 
-from dist_info import ROOT, write_dist_info, write_this_checkout
+from cpu_fleet import CpuFleet
+from dist_info import ROOT
 from kernel.sglang.model_configs import write_tiny_mla
 
-HERE = Path(__file__).resolve().parent
-CPU_SITE = HERE / "cpu_site"
 # What SGLang's HTTP layer and scheduler import beyond `import sglang` (requirements/sglang-cpu.lock).
 SERVER_PACKAGES = ("fastapi", "opentelemetry-api", "python-multipart", "setproctitle", "soundfile", "uvicorn",
                    "uvloop", "xgrammar")
-CPU_FLAGS = ["--device", "cpu", "--dtype", "float32", "--max-total-tokens", "1024",
-             "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
-             "--load-format", "dummy", "--skip-tokenizer-init", "--triton-attention-num-kv-splits", "1"]
 # Everything cpu_site/ stands in for; the EAGLE path of this configuration calls all but
 # fill_accept_out_cache_loc_cpu (reached with topk > 1) and copy_all_layer_kv_cache_cpu (hierarchical cache).
 STANDINS = {"assign_req_to_token_pool_cpu", "assign_extend_cache_locs_cpu", "assign_draft_cache_locs_contiguous_cpu",
@@ -74,110 +66,24 @@ FLASH_REFUSAL = ("mla-verify: MLA_VERIFY_BACKEND=flash, but --device cpu: the ke
                  "fix: --device cuda; or MLA_VERIFY_BACKEND=triton for SGLang's own path")
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _toml(v) -> str:
-    return json.dumps(v)
-
-
-class RealFleet:
-    """g0: the emulator; g1: SGLang's real server. Files in tmp; the rollout CLI as a subprocess."""
+class RealFleet(CpuFleet):
+    """g0: the emulator; g1: SGLang's real server with EAGLE 1/1/2 and its NextN draft."""
 
     def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.timings: dict[str, float] = {}
         # topk_method and scoring_func as in Kimi-K2's config.json: transformers 5's DeepseekV3Config does
         # not keep them by default, and SGLang's MoE gate of the NextN layer reads topk_method
         model = write_tiny_mla(tmp / "model", layers=1, topk_method="noaux_tc", scoring_func="sigmoid")
-        site = tmp / "site"
-        write_this_checkout(site)     # this checkout's entry point, whatever `pip install -e .` recorded
-        write_dist_info(site, "mla-verify-cpu-test-plugin",
-                        {"sglang.srt.plugins": {"mla_verify_cpu_test": "mla_verify_cpu_test_plugin:register"}})
-        self.standin_log = tmp / "standins.log"
-        self.env = {k: v for k, v in os.environ.items() if k not in ("MLA_VERIFY_BACKEND", "SGLANG_PLUGINS")}
-        self.env.update(
-            PYTHONPATH=os.pathsep.join([str(site), str(CPU_SITE), str(ROOT)] + ([os.environ["PYTHONPATH"]]
-                                                                                 if os.environ.get("PYTHONPATH") else [])),
-            SGLANG_USE_CPU_ENGINE="1", TRITON_INTERPRET="1", HF_HUB_OFFLINE="1",
-            MLA_VERIFY_STANDIN_LOG=str(self.standin_log))
-        self.ports = _free_ports(2)
-        self.results = tmp / "results"
-        self.state_dir = tmp / ".rollout"
-        emulator = ["{python}", "-m", "rollout.emulator", "--port", "{port}", "--data-dir", str(ROOT / "reports" / "data"),
-                    "--time-scale", "0.01", "--enable-metrics"]
-        lines = [
-            "[rollout]", "startup_deadline_s = 900", "drain_deadline_s = 120", "health_timeout_s = 30",
-            "gate_retries = 1", "gate_retry_wait_s = 1", f"results_dir = {_toml(str(self.results))}",
-            "[launch]", f"python = {_toml(sys.executable)}", f"model_path = {_toml(str(model))}",
-            'speculative_algorithm = "EAGLE"', "speculative_num_steps = 1", "speculative_eagle_topk = 1",
-            "speculative_num_draft_tokens = 2", "context_length = 256", f"extra_args = {_toml(CPU_FLAGS)}",
-            "[gates]", "numerics_prompts = 1", "numerics_prompt_tokens = 8", "numerics_new_tokens = 3",
-            "numerics_long_context_tokens = 0",
-            # the candidate of the first canary is an emulator, another model: its numbers are read, not gated
-            "min_top1_agreement = 0.0", "max_mean_abs_logprob_diff = 1e9",
-            "context_tokens = 16", "rounds = 5", "max_new_tokens = 3", "speed_threshold = 0.99",
-            "request_timeout_s = 300",
-            "[[group]]", 'name = "g0"', 'host = "127.0.0.1"', f"port = {self.ports[0]}", "gpus = [1]",
-            'launcher = "local"', f"command = {_toml(emulator)}",
-            "[[group]]", 'name = "g1"', 'host = "127.0.0.1"', f"port = {self.ports[1]}", "gpus = [0]",
-            'launcher = "local"',
-        ]
-        self.inv = tmp / "inventory.toml"
-        self.inv.write_text("\n".join(lines) + "\n")
-        self.url = f"http://127.0.0.1:{self.ports[1]}"
-
-    def cli(self, *args, timeout: float = 1200) -> subprocess.CompletedProcess:
-        t0 = time.monotonic()
-        r = subprocess.run([sys.executable, "-m", "rollout", *args, "--inventory", str(self.inv)], cwd=ROOT,
-                           env=self.env, capture_output=True, text=True, timeout=timeout)
-        self.timings[" ".join(args)] = round(time.monotonic() - t0, 1)
-        return r
-
-    def record(self, name: str = "g1") -> dict | None:
-        p = self.state_dir / "pids" / f"{name}.json"
-        return json.loads(p.read_text()) if p.exists() else None
-
-    def state(self) -> dict:
-        return json.loads((self.state_dir / "state.json").read_text())
-
-    def gate(self, group: str, gate: str) -> dict:
-        return [g for g in self.state()["gates"] if g["group"] == group and g["gate"] == gate][-1]
-
-    def log_tail(self, arm: str = "triton", n: int = 3000) -> str:
-        logs = sorted((self.state_dir / "logs").glob(f"g1-{arm}-*.log"))
-        return logs[-1].read_text()[-n:] if logs else "(no log)"
-
-    def standins(self) -> set[str]:
-        return {line.split(" ", 1)[1] for line in self.standin_log.read_text().splitlines()} \
-            if self.standin_log.exists() else set()
-
-    def launcher(self, name: str):
-        from rollout.inventory import load
-        from rollout.launchers import make_launcher
-
-        inv = load(self.inv)
-        return make_launcher(inv.group(name), inv)
-
-    def stop_all(self):
-        for name in ("g0", "g1"):
-            rec = self.record(name)
-            if rec is None:
-                continue
-            try:
-                self.launcher(name).stop(rec["arm"])
-            except Exception:
-                try:
-                    os.killpg(rec.get("pgid", rec["pid"]), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        super().__init__(
+            tmp, model,
+            ['speculative_algorithm = "EAGLE"', "speculative_num_steps = 1", "speculative_eagle_topk = 1",
+             "speculative_num_draft_tokens = 2"],
+            rollout=["gate_retries = 1", "gate_retry_wait_s = 1"],
+            gates=["numerics_prompts = 1", "numerics_prompt_tokens = 8", "numerics_new_tokens = 3",
+                   "numerics_long_context_tokens = 0",
+                   # the candidate of the first canary is an emulator, another model: its numbers are read, not gated
+                   "min_top1_agreement = 0.0", "max_mean_abs_logprob_diff = 1e9",
+                   "context_tokens = 16", "rounds = 5", "max_new_tokens = 3", "speed_threshold = 0.99",
+                   "request_timeout_s = 300"])
 
 
 def _children(pid: int) -> dict[int, str]:

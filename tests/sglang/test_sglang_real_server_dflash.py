@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ports import free_ports
+
 from kernel.sglang.model_configs import dflash_taps, tiny_dflash_draft, tiny_mla, write_tiny_dflash_draft
 from kernel.sglang.real_server import breakdown
 from kernel.sglang.real_server import environment as envmod
@@ -133,18 +135,6 @@ def test_dflash_draft_forward_is_the_draft_phase_not_outside():
 
 
 # -- the job against the emulator ---------------------------------------------------------------------
-def free_ports(n):
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def job(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "kernel.sglang.real_server", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
