@@ -48,10 +48,9 @@ from __future__ import annotations
 import random
 import statistics
 
-from rollout.ab import make_input_ids
 from rollout.client import EndpointError, post_json
-from rollout.numerics_tokens import compare_tokens
-from rollout.sglang_logprobs import LayoutError, decode_body, decoded, score_body, scored, warm_body
+from rollout.numerics_tokens import compare_tokens, prompt_cases
+from rollout.sglang_logprobs import LayoutError, decode_body, decoded, score_body, scored
 
 
 MODES = ("logprobs", "tokens")
@@ -159,13 +158,9 @@ def compare(candidate_url: str, control_url: str | None, *, prompts: int = 8, pr
                               min_token_agreement=min_token_agreement, ask=ask, make_prompts=make_prompts,
                               recorded_control=recorded_control, say=say)
 
-    cases = [("short", p) for p in make_prompts(prompts, prompt_tokens, seed)]
-    if long_context_tokens:
-        long_prompt = make_input_ids(long_context_tokens, seed)  # the speed gate's prompt
-        for url in filter(None, (candidate_url, control_url)):
-            say(f"warming the prefix cache of {url} with the {long_context_tokens}-token prompt")
-            ask(url, warm_body(long_prompt), "warm")
-        cases.append(("long", long_prompt))
+    cases = prompt_cases(candidate_url, control_url, prompts=prompts, prompt_tokens=prompt_tokens,
+                         long_context_tokens=long_context_tokens, seed=seed, ask=ask, make_prompts=make_prompts,
+                         say=say)
     gated, ctrl_self, cand_prefill = _Pair(), _Pair(), _Pair()
     by_context = {c: (_Pair(), _Pair(), _Pair()) for c, _ in cases}
     per_prompt, control_outputs = [], []

@@ -79,12 +79,10 @@ def _stats(cand: list[int], ref: list[int]) -> dict:
             "mean_abs_logprob_diff": None, "max_abs_logprob_diff": None}
 
 
-def compare_tokens(candidate_url: str, control_url: str | None, *, prompts: int, prompt_tokens: int,
-                   new_tokens: int, long_context_tokens: int, seed: int, min_token_agreement: float, ask,
-                   make_prompts, recorded_control: list[dict] | None = None, say=lambda m: None) -> dict:
-    """The "tokens" mode of rollout.numerics.compare (its arguments; ask(url, body, what) posts to
-    /generate). Returns the same keys as the logprob mode where they mean the same, plus
-    "token_agreement" (= top1_agreement); logprob differences are None."""
+def prompt_cases(candidate_url: str, control_url: str | None, *, prompts: int, prompt_tokens: int,
+                 long_context_tokens: int, seed: int, ask, make_prompts, say) -> list[tuple[str, list[int]]]:
+    """[(context, input_ids)] that both numerics modes send: `prompts` short prompts, then the speed
+    gate's long prompt when long_context_tokens, each endpoint's prefix cache warmed with it first."""
     cases = [("short", p) for p in make_prompts(prompts, prompt_tokens, seed)]
     if long_context_tokens:
         long_prompt = make_input_ids(long_context_tokens, seed)  # the speed gate's prompt
@@ -92,6 +90,18 @@ def compare_tokens(candidate_url: str, control_url: str | None, *, prompts: int,
             say(f"warming the prefix cache of {url} with the {long_context_tokens}-token prompt")
             ask(url, warm_body(long_prompt), "warm")
         cases.append(("long", long_prompt))
+    return cases
+
+
+def compare_tokens(candidate_url: str, control_url: str | None, *, prompts: int, prompt_tokens: int,
+                   new_tokens: int, long_context_tokens: int, seed: int, min_token_agreement: float, ask,
+                   make_prompts, recorded_control: list[dict] | None = None, say=lambda m: None) -> dict:
+    """The "tokens" mode of rollout.numerics.compare (its arguments; ask(url, body, what) posts to
+    /generate). Returns the same keys as the logprob mode where they mean the same, plus
+    "token_agreement" (= top1_agreement); logprob differences are None."""
+    cases = prompt_cases(candidate_url, control_url, prompts=prompts, prompt_tokens=prompt_tokens,
+                         long_context_tokens=long_context_tokens, seed=seed, ask=ask, make_prompts=make_prompts,
+                         say=say)
     gated_c, gated_r, first, per_prompt, outputs, requests = [], [], [], [], [], 0
     by_context: dict[str, tuple[list, list]] = {c: ([], []) for c, _ in cases}
     for i, (context, prompt) in enumerate(cases):

@@ -34,6 +34,17 @@ class CpuOps:
         self.calls: list[dict] = []
         self.workspaces: dict = {}
 
+    def record_pool_rows(self, slots) -> list:
+        """From now on each call also records the pool's rows at `slots` as the kernel saw them (did
+        SGLang's KV write run first?); the list returned grows by one tensor a call."""
+        seen, call = [], self.verify_attention
+
+        def verify_attention(q, kv_cache, *args, **kwargs):
+            seen.append(kv_cache[slots].clone())
+            return call(q, kv_cache, *args, **kwargs)
+        self.verify_attention = verify_attention
+        return seen
+
     def get_workspace(self, device):
         """One workspace per device, as kernel.ops caches it (max_bs as its default)."""
         return self.workspaces.setdefault(torch.device(device), types.SimpleNamespace(max_bs=4096))

@@ -45,17 +45,6 @@ def _draft(**kwargs) -> ExtendHarness:
     return ExtendHarness(draft_worker=True, **kwargs)
 
 
-def _recording_pool_rows(ops, slots):
-    """Wrap the stand-in so each call also records the pool's rows at `slots` as the kernel saw them."""
-    seen, call = [], ops.verify_attention
-
-    def verify_attention(q, kv_cache, *args, **kwargs):
-        seen.append(kv_cache[slots].clone())
-        return call(q, kv_cache, *args, **kwargs)
-    ops.verify_attention = verify_attention
-    return seen
-
-
 def test_the_draft_extend_backend_is_hooked_and_its_decode_backends_are_not(flash):
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
@@ -83,7 +72,7 @@ def test_the_draft_extend_is_on_by_default_off_with_0_and_a_bad_switch_is_refuse
 def test_eager_draft_extend_with_accepted_lengths_varying_per_request(flash):
     h = _draft(layers=2)
     case = make_case([37, 5, 120], [3, 1, 8], 8, causal=True, layout="fragmented", seed=3)
-    seen = _recording_pool_rows(flash, h.new_slots(12))
+    seen = flash.record_pool_rows(h.new_slots(12))
     before, extend_before, fell = _count("calls", mode="draft_extend_v2"), _count("calls", mode="extend"), _fallbacks()
     outs = h.run_extend(case, mode=MODE)
     qs, ks = h.layer_inputs(case)
@@ -120,7 +109,7 @@ def test_graph_form_captures_once_and_replays_new_lengths(flash, monkeypatch):
     # replays: 3 requests padded to 4 (row 0, no prefix), then 4 with other lengths, same buffers
     for prefixes, layout, seed in (([37, 300, 120], "fragmented", 4), ([200, 3, 17, 90], "scattered", 5)):
         case = make_case(prefixes, [W] * len(prefixes), 8, causal=True, layout=layout, seed=seed)
-        seen = _recording_pool_rows(flash, h.new_slots(W * len(prefixes)))
+        seen = flash.record_pool_rows(h.new_slots(W * len(prefixes)))
         outs = h.replay_draft_extend(case)
         qs, ks = h.layer_inputs(case, 0)
         for layer, out in enumerate(outs):

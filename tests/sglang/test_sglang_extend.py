@@ -31,21 +31,10 @@ def fresh_log_once():
     extend._logged.clear()
 
 
-def _recording_pool_rows(ops, slots):
-    """Wrap the stand-in so each call also records the pool's rows at `slots` as the kernel saw them."""
-    seen, call = [], ops.verify_attention
-
-    def verify_attention(q, kv_cache, *args, **kwargs):
-        seen.append(kv_cache[slots].clone())
-        return call(q, kv_cache, *args, **kwargs)
-    ops.verify_attention = verify_attention
-    return seen
-
-
 def test_flash_serves_a_ragged_extend_over_cached_prefixes(flash):
     h = ExtendHarness(layers=2)
     case = make_case([37, 0, 120], [9, 5, 1], 8, causal=True, layout="fragmented", seed=3)
-    seen = _recording_pool_rows(flash, h.new_slots(15))
+    seen = flash.record_pool_rows(h.new_slots(15))
     before = _count("calls", mode="extend")
     outs = h.run_extend(case)
     qs, ks = h.layer_inputs(case)
