@@ -45,6 +45,17 @@ class CpuOps:
         self.verify_attention = verify_attention
         return seen
 
+    def scale_outputs(self, factor: float) -> None:
+        """From now on every output is multiplied by `factor`: a kernel that is wrong by that much
+        (this instance is the test's own, so nothing needs restoring)."""
+        call = self.verify_attention
+
+        def verify_attention(*args, **kwargs):
+            out, lse = call(*args, **kwargs)
+            out.mul_(factor)
+            return out, lse
+        self.verify_attention = verify_attention
+
     def get_workspace(self, device):
         """One workspace per device, as kernel.ops caches it (max_bs as its default)."""
         return self.workspaces.setdefault(torch.device(device), types.SimpleNamespace(max_bs=4096))
