@@ -59,16 +59,16 @@ import time
 import traceback
 from pathlib import Path
 
-from ..draft_switch import draft_extend_on
+from ..draft_switch import DRAFT_ENV, draft_extend_on
 from . import environment as envmod
 from . import extend_over_prefix
 from .breakdown import slopes
 from .estimates import step_estimate
 from .steps import ORDER, STEPS, StepFailed, observe_groups, rollout_state, run_python
 
-# the plugin's switches besides the arm (kernel/sglang/extend.py DRAFT_ENV, version.py): the
+# the plugin's switches besides the arm (draft_switch.py, version.py): the
 # servers inherit them from the job, so the JSON says what the flash arm served
-PLUGIN_OPT_INS = ("MLA_VERIFY_DRAFT_EXTEND", "MLA_VERIFY_ALLOW_UNTESTED_SGLANG")
+PLUGIN_OPT_INS = (DRAFT_ENV, "MLA_VERIFY_ALLOW_UNTESTED_SGLANG")
 LOG_FILE_LIMIT = 8 * 2 ** 20      # a file bigger than this stays out of the logs archive
 
 
