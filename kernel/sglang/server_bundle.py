@@ -14,7 +14,8 @@ sha256). The archive holds `site/` (for PYTHONPATH) and `kernel-cache/` (for MLA
   modules (SERVER_MODULES) with SGLang's CUDA import branches and the stand-ins, then closed
   over their declared requirements; apache-tvm-ffi keeps its headers (SGLang JIT-compiles its
   CUDA kernels against them with nvcc);
-- the stand-ins (standins/: sgl_kernel's torch versions and placeholders, flash_mla);
+- the stand-ins (standins/: sgl_kernel's torch versions and placeholders, flash_mla; in server-only/,
+  beside site/, flashinfer's sampling renormalizations, for the real server's PYTHONPATH only);
 - a dist-info for this project whose entry points are read from pyproject.toml, so SGLang's
   load_plugins() finds the plugin (the code comes from the repository root, the working
   directory there);
@@ -48,6 +49,12 @@ from .device_bundle import GPU_HAS, NOT_CARRIED, BundleError, canonical
 ROOT = db.ROOT
 STANDINS = db.STANDINS
 STANDIN_PACKAGES = ("sgl_kernel", "flash_mla")
+# Stand-ins only the real server sees (the bundle's server-only/, on its wrapper's PYTHONPATH, not
+# on a gpu_run stage's), with STANDIN_ENV: flashinfer's (sampling only) would otherwise pass
+# SGLang's find_spec("flashinfer") check and switch on FlashInfer paths that import the rest of it
+SERVER_ONLY = STANDINS / "server_only"
+SERVER_ONLY_PACKAGES = ("flashinfer",)
+STANDIN_ENV = {"SGLANG_IS_FLASHINFER_AVAILABLE": "false"}
 DEFAULT_DIR = ROOT / ".server-bundle"
 WORK_DIR = ROOT / ".server-bundle-build"
 ARCHIVE = "server-bundle.tar.xz"
@@ -178,8 +185,8 @@ def run_probe(extra_paths=(), modules=SERVER_MODULES, python: str = sys.executab
     with `check`, raises BundleError for what check_probe finds."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "probe.json")
-        path = os.pathsep.join(str(p) for p in (STANDINS, ROOT, *extra_paths))
-        env = dict(os.environ, PYTHONPATH=path, SGLANG_PLUGINS="")
+        path = os.pathsep.join(str(p) for p in (STANDINS, SERVER_ONLY, ROOT, *extra_paths))
+        env = dict(os.environ, PYTHONPATH=path, SGLANG_PLUGINS="", **STANDIN_ENV)
         env.pop("MLA_VERIFY_BACKEND", None)
         p = subprocess.run([python, "-m", "kernel.sglang.server_bundle", "--probe", out, "--modules", ",".join(modules)],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -345,7 +352,8 @@ def check_site(site: Path, carried=()) -> list[str]:
     site = Path(site)
     problems = [f"{rel} missing" for rel in ("sglang/__init__.py", "sglang/launch_server.py", "sglang/cli/main.py",
                                              "sgl_kernel/__init__.py", "sgl_kernel/_torch_ops.py",
-                                             "flash_mla/__init__.py", "tvm_ffi/include")
+                                             "flash_mla/__init__.py", "../server-only/flashinfer/sampling.py",
+                                             "tvm_ffi/include")
                 if not (site / rel).exists()]
     eps = list(site.glob("mla_verify-*.dist-info/entry_points.txt"))
     if not eps or "[sglang.srt.plugins]" not in eps[0].read_text():
@@ -398,6 +406,8 @@ def build_bundle(dest: Path = DEFAULT_DIR, *, work: Path = WORK_DIR, python_vers
             sizes[name] = db._unpack(wheel, site, lambda p, n=name: keep_wheel_file(n, p))
     for pkg in STANDIN_PACKAGES:
         shutil.copytree(STANDINS / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for pkg in SERVER_ONLY_PACKAGES:
+        shutil.copytree(SERVER_ONLY / pkg, stage / "server-only" / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     dist_info = db.write_project_dist_info(site)
     problems = check_site(site, carry)
     if problems:
@@ -414,8 +424,10 @@ def build_bundle(dest: Path = DEFAULT_DIR, *, work: Path = WORK_DIR, python_vers
         "kind": "sglang-server-bundle", "sglang": db.SGLANG, "python": python_version, "platforms": list(db.PLATFORMS),
         "archive": ARCHIVE, "sha256": sha256(archive), "unpacked_bytes": unpacked, **sizes_check,
         "carried": carry, "package_bytes": sizes, "selection": report, "standins": list(STANDIN_PACKAGES),
+        "server_only": list(SERVER_ONLY_PACKAGES),
         "entry_points": (dist_info / "entry_points.txt").read_text(), "kernel_cache": kernel_dir,
-        "layout": {"site": "PYTHONPATH", "kernel-cache": "MLA_VERIFY_CACHE"},
+        "layout": {"site": "PYTHONPATH", "kernel-cache": "MLA_VERIFY_CACHE",
+                   "server-only": "PYTHONPATH of the real server only, with " + " ".join(f"{k}={v}" for k, v in STANDIN_ENV.items())},
         "probe": {"torch": found.get("torch"), "modules": found.get("modules"),
                   "sglang_modules": len(found.get("sglang_modules", []))},
         "gpu_has": "device_bundle.GPU_HAS (KINDS.md 2026-11-17)",

@@ -87,7 +87,7 @@ def test_wrapper_sets_the_servers_environment(tmp_path):
     wrapper = envmod.write_wrappers(paths, python=sys.executable)
     keys = ["PYTHONPATH", "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK", "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND",
             "SGLANG_FORCE_FUSED_OP_BACKEND", "CUDA_VISIBLE_DEVICES", "MLA_VERIFY_CACHE", "MLA_VERIFY_STANDIN_LOG",
-            "SGLANG_TORCH_PROFILER_DIR", "MLA_VERIFY_BACKEND"]
+            "SGLANG_TORCH_PROFILER_DIR", "MLA_VERIFY_BACKEND", "SGLANG_IS_FLASHINFER_AVAILABLE"]
     code = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {keys!r}}}))"
     env = dict(os.environ, SGLANG_FORCE_FUSED_OP_BACKEND="torch", CUDA_VISIBLE_DEVICES="3", MLA_VERIFY_BACKEND="flash",
                MLA_VERIFY_EXTRA_PYTHONPATH="/planted")
@@ -95,11 +95,11 @@ def test_wrapper_sets_the_servers_environment(tmp_path):
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     # the GPU set and the arm are the launcher's (from the group's gpus); the wrapper keeps them
-    assert got == {"PYTHONPATH": f"{ROOT}:{paths.site}:/planted", "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
+    assert got == {"PYTHONPATH": f"{ROOT}:{paths.site}:{paths.server_only}:/planted", "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
                    "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python", "SGLANG_FORCE_FUSED_OP_BACKEND": None,
                    "CUDA_VISIBLE_DEVICES": "3", "MLA_VERIFY_CACHE": str(paths.kernel_cache),
                    "MLA_VERIFY_STANDIN_LOG": str(paths.standin_log), "SGLANG_TORCH_PROFILER_DIR": str(paths.profiles),
-                   "MLA_VERIFY_BACKEND": "flash"}
+                   "MLA_VERIFY_BACKEND": "flash", "SGLANG_IS_FLASHINFER_AVAILABLE": "false"}
     # `sglang serve` goes through the same wrapper: -m sglang.cli.main, with the same environment
     assert "sglang.cli.main" in (paths.bin / "sglang").read_text() and str(wrapper) in (paths.bin / "sglang").read_text()
 

@@ -137,7 +137,7 @@ def test_archive_holds_what_the_server_needs_and_nothing_trimmed(built):
     for need in ("site/sglang/launch_server.py", "site/sglang/kernels/jit/csrc/elementwise/rmsnorm.cuh",
                  "site/sglang-0.5.23.dist-info/METADATA", "site/tvm_ffi/include/tvm/ffi/c_api.h",
                  "site/sgl_kernel/__init__.py", "site/sgl_kernel/_torch_ops.py", "site/flash_mla/__init__.py",
-                 "site/mla_verify-0.1.0.dist-info/entry_points.txt", "site/fastapi/__init__.py",
+                 "server-only/flashinfer/sampling.py", "site/mla_verify-0.1.0.dist-info/entry_points.txt", "site/fastapi/__init__.py",
                  "kernel-cache/abc-sm90/libmla_verify.so"):
         assert need in names, need
     for gone in ("site/sglang/multimodal_gen/runtime/big.py", "site/sglang/test/t.py",
@@ -153,9 +153,10 @@ def test_unpack_and_check_site(built, tmp_path):
     site = tmp_path / "b" / "site"
     assert sb.check_site(site, manifest["carried"]) == []
     (site / "flash_mla" / "__init__.py").unlink()
+    (site.parent / "server-only" / "flashinfer" / "sampling.py").unlink()
     (site / "sglang" / "multimodal_gen").mkdir()
     problems = sb.check_site(site, [*manifest["carried"], "not-carried-pkg"])
-    assert "flash_mla/__init__.py missing" in problems
+    assert "flash_mla/__init__.py missing" in problems and "../server-only/flashinfer/sampling.py missing" in problems
     assert "no dist-info for carried package not-carried-pkg" in problems
     assert "sglang/multimodal_gen should have been trimmed" in problems
     eps = {(e.group, e.name) for d in importlib.metadata.distributions(path=[str(site)]) for e in d.entry_points}

@@ -173,3 +173,78 @@ def test_placeholders_and_the_record_in_a_fresh_process(tmp_path):
                                                       ("called", "flash_mla.flash_mla_interface.FlashMLASchedMeta")]
     summary = load_record().read_log(log)
     assert summary == {"ran": ["sgl_kernel.rmsnorm"], "called": sorted(called), "processes": 1}
+
+
+def _fi_sampling():
+    """flashinfer.sampling from the stand-ins, loaded by file (sgl_kernel._record through the
+    sk fixture's path) without putting `flashinfer` into sys.modules."""
+    spec = importlib.util.spec_from_file_location("fi_sampling_under_test",
+                                                  STANDINS / "server_only" / "flashinfer" / "sampling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _renorm64(probs, keep):
+    kept = probs.double() * keep
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def test_flashinfer_top_p_and_top_k_renorm_match_a_float64_brute_force(sk):
+    fi = _fi_sampling()
+    g = torch.Generator().manual_seed(2)
+    probs = torch.softmax(torch.randn(6, 300, generator=g) * 3, -1)
+    top_p = torch.tensor([0.1, 0.5, 0.9, 0.95, 1.0, 0.3])
+    top_k = torch.tensor([1, 5, 40, 0, 300, 1000], dtype=torch.int32)
+    keep_p, keep_k = torch.zeros(probs.shape, dtype=torch.float64), torch.zeros(probs.shape, dtype=torch.float64)
+    for r in range(6):   # brute force: walk each row's tokens from the most probable
+        mass, k = 0.0, int(top_k[r]) if 0 < int(top_k[r]) <= 300 else 300
+        for rank, t in enumerate(probs[r].double().argsort(descending=True).tolist()):
+            if mass < float(top_p[r]):
+                keep_p[r, t] = 1
+            mass += float(probs[r, t])
+            keep_k[r, t] = float(rank < k)
+    got_p, got_k = fi.top_p_renorm_probs(probs, top_p), fi.top_k_renorm_probs(probs, top_k)
+    assert got_p.dtype == got_k.dtype == torch.float32
+    assert torch.allclose(got_p.double(), _renorm64(probs, keep_p), atol=1e-6)
+    assert torch.allclose(got_k.double(), _renorm64(probs, keep_k), atol=1e-6)
+    assert int((got_k[0] > 0).sum()) == 1 and int((got_k[3] > 0).sum()) == 300   # k = 0 keeps every token
+    assert torch.equal(fi.top_p_renorm_probs(probs, 0.5)[1], got_p[1])           # a float top_p: every row
+    assert sk.ran["flashinfer.sampling.top_p_renorm_probs"] == 2 and sk.ran["flashinfer.sampling.top_k_renorm_probs"] == 1
+
+
+def test_sglang_renorm_on_a_cuda_machine_resolves_to_the_flashinfer_standin(tmp_path):
+    # The GPU image has no FlashInfer: SGLang's DFLASH worker failed at startup with
+    # "No module named 'flashinfer'" (renorm.py's lazy import, from prewarm_sampling). Here SGLang's
+    # own renorm module is imported as on a CUDA machine, with the stand-ins on the path.
+    cpu_site = Path(__file__).resolve().parents[1] / "server" / "cpu_site"
+    code = ("import json, torch, sglang.srt.utils as u\n"
+            "import sglang.srt.utils.common as c\n"
+            "u.is_cuda = c.is_cuda = lambda: True\n"
+            "from sglang.kernels.ops.sampling import renorm\n"
+            "import sgl_kernel\n"
+            "p = torch.softmax(torch.arange(8.0), -1)[None]\n"
+            "out = renorm.top_p_renorm_prob(p, torch.tensor([0.5]))\n"
+            "print(json.dumps([out[0].tolist(), dict(sgl_kernel.ran), c.is_flashinfer_available()]))\n")
+    for available in ("false", "true"):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(STANDINS), str(STANDINS / "server_only"), str(cpu_site)]),
+                   SGLANG_IS_FLASHINFER_AVAILABLE=available)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out, ran, fi_available = json.loads(r.stdout.strip().splitlines()[-1])
+        assert ran == {"flashinfer.sampling.top_p_renorm_probs": 1}
+        assert [x > 0 for x in out] == [False] * 7 + [True]   # the top token holds 63 % of the mass
+        # the stand-in is found by find_spec: only the environment's switch keeps SGLang's
+        # FlashInfer backends off (what kernel.sglang.real_server.environment sets)
+        assert fi_available is (available == "true")
+
+
+def test_flashinfer_standin_holds_nothing_but_sampling():
+    code = ("import flashinfer\n"
+            "try:\n    from flashinfer import top_k_top_p_sampling_from_probs\nexcept ImportError: print('absent')\n"
+            "try:\n    import flashinfer.mla\nexcept ImportError: print('absent')\n")
+    for path, expect in ((STANDINS, "ModuleNotFoundError"), (STANDINS / "server_only", "absent absent")):
+        # the stand-ins' folder that gpu_run's stages see has no flashinfer at all
+        env = dict(os.environ, PYTHONPATH=str(path))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        assert expect in " ".join(r.stdout.split() + r.stderr.split()), r.stderr

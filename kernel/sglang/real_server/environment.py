@@ -8,9 +8,13 @@ environment plus CUDA_VISIBLE_DEVICES and MLA_VERIFY_BACKEND. `[launch] python` 
 (<root>/bin/python), which sets everything else and execs the GPU image's python3, so a
 server started by hand from the same inventory gets the same environment:
   PYTHONPATH            the repository (the plugin's code) : the bundle's site (SGLang, the
-                        wheels, the stand-ins, the plugin's dist-info) [: MLA_VERIFY_EXTRA_PYTHONPATH]
+                        wheels, the stand-ins, the plugin's dist-info) : its server-only/ (stand-ins
+                        only a server sees) [: MLA_VERIFY_EXTRA_PYTHONPATH]
   SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1   the engine asserts a sglang-kernel version
   SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python   the Rust tree core links torch 2.14
+  SGLANG_IS_FLASHINFER_AVAILABLE=false     the bundle's flashinfer stand-in (sampling only, for
+                                           DFLASH's startup) is not FlashInfer: SGLang's backends
+                                           and samplers that need it stay off, as on the image
   SGLANG_FORCE_FUSED_OP_BACKEND unset      =torch sends the NextN MoE to a CPU path that
                                            breaks draft CUDA-graph capture
   MLA_VERIFY_CACHE      the bundle's prebuilt kernel library
@@ -33,6 +37,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..server_bundle import STANDIN_ENV
+
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_ROOT = Path("/tmp/mla-real-server")
 EXAMPLE_INVENTORY = ROOT / "rollout" / "inventory.h200-local.toml"
@@ -46,6 +52,7 @@ EXTRA_PATH_ENV = "MLA_VERIFY_EXTRA_PYTHONPATH"
 SERVER_ENV = {
     "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
     "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python",
+    **STANDIN_ENV,
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
@@ -69,6 +76,10 @@ class Paths:
     @property
     def kernel_cache(self) -> Path:
         return self.bundle / "kernel-cache"
+
+    @property
+    def server_only(self) -> Path:  # stand-ins for the server alone (server_bundle.SERVER_ONLY_PACKAGES)
+        return self.bundle / "server-only"
 
     @property
     def unpacked_stamp(self) -> Path:
@@ -148,7 +159,7 @@ def wrapper_script(paths: Paths, *, python: str, emulate: dict | None = None) ->
     lines = ["#!/bin/sh", "# Written by kernel/sglang/real_server/environment.py: the launch environment of "
              "SGLang 0.5.23 from the server bundle."]
     if emulate is None:
-        path = f"{ROOT}:{paths.site}"
+        path = f"{ROOT}:{paths.site}:{paths.server_only}"
         env, target = server_env(paths), [python]
     else:
         path = str(ROOT)
