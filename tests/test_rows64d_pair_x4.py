@@ -83,3 +83,18 @@ def test_its_machine_code_has_the_x4_loads_and_no_local_memory(lib_dir):
         assert x2["k_loads"] == 36 and x2["k_load_op"] == ["LDSM.16.M88.2"], x2
         assert x4["v_loads"] == x2["v_loads"] == 16
         assert x4["local_in_function"] == x2["local_in_function"] == 0
+
+
+def test_notes_table_matches_this_build(lib_dir):
+    """kernel/NOTES.md's resources row for tier 10 (registers / spill bytes / stack bytes per arch)
+    is this build's, and the section states its kill criterion."""
+    notes = (ROOT / "kernel" / "NOTES.md").read_text()
+    sec = notes[notes.index("## Issue 25's second rung: rows64d_pair_x4 (tier 10"):]
+    sec = sec[:sec.index("\n## ")]
+    assert "**Kill criterion:**" in sec and "100,960 B of dynamic shared memory" in sec
+    res = {r["arch"]: r for r in build.resources(lib_dir) if r["variant"] == "rows64d_pair_x4"}
+    want = " | ".join(f"{res[f'sm_{a}']['registers']} / {res[f'sm_{a}']['spill_stores']} / {res[f'sm_{a}']['stack']}"
+                      for a in build.ARCHS)
+    assert f"| 10 rows64d_pair_x4 | {want} |" in sec
+    lib = ctypes.CDLL(str(lib_dir / build.LIB))
+    assert f"{lib.mla_verify_tier_smem_bytes(10):,} B" in sec
