@@ -40,7 +40,7 @@ def test_the_validation_and_the_parts_stage_cover_it():
     from kernel.bench import micro
     src = (ROOT / "kernel" / "bench" / "validate.py").read_text()
     assert "tiers = list(TIERS)" in src and "other_tiers=tuple(TIERS)" in src   # random rotation, extremes
-    assert "for tier in (8, 9, 6):" in Path(micro.__file__).read_text()          # parts beside rows64d
+    assert "for tier in (8, 9, 10, 6):" in Path(micro.__file__).read_text()      # parts beside rows64d
     for S, T, H, tiers in micro.SHAPES:
         if S == 185000 and T in (8, 16, 32):
             assert 9 in tiers and 8 in tiers
@@ -50,7 +50,7 @@ def test_fits_sm120_without_spills_and_notes_say_its_size(lib_dir):
     lib = ctypes.CDLL(str(lib_dir / build.LIB))
     smem = lib.mla_verify_tier_smem_bytes(9)
     assert 0 < smem <= build.SMEM_LIMIT and lib.mla_verify_tier_smem_bytes_fp8(9) == -1
-    rows = [r for r in build.resources(lib_dir) if r["variant"].startswith("rows64d_pair")]
+    rows = [r for r in build.resources(lib_dir) if r["variant"] in ("rows64d_pair", "rows64d_pair_diag")]
     assert {(r["variant"], r["arch"]) for r in rows} == {(v, f"sm_{a}") for v in ("rows64d_pair", "rows64d_pair_diag")
                                                         for a in build.ARCHS}
     assert all(r["spill_stores"] == r["spill_loads"] == r["stack"] == 0 for r in rows), rows
