@@ -55,6 +55,14 @@ STANDIN_PACKAGES = ("sgl_kernel", "flash_mla")
 SERVER_ONLY = STANDINS / "server_only"
 SERVER_ONLY_PACKAGES = ("flashinfer",)
 STANDIN_ENV = {"SGLANG_IS_FLASHINFER_AVAILABLE": "false"}
+# FlashInfer's own headers, from the wheel SGLang 0.5.23 pins (flashinfer_python[cu13]==0.7.2): the
+# DFLASH worker's startup JIT-compiles SGLang's tree_speculative_sampling_target_only, which includes
+# <flashinfer/sampling.cuh>, and SGLang's JIT asks the flashinfer package for data/include and four
+# more folders (kernels/jit/utils/deps.py: get_flashinfer_include_paths) that this kernel never
+# includes from: those are carried empty, with a note (the whole data/ is ~100 MB)
+FLASHINFER_WHEEL = ("flashinfer-python", "0.7.2")
+FLASHINFER_HEADERS = "flashinfer/data/include/"
+FLASHINFER_EMPTY = ("csrc", "cutlass/include", "cutlass/tools/util/include", "spdlog/include")
 DEFAULT_DIR = ROOT / ".server-bundle"
 WORK_DIR = ROOT / ".server-bundle-build"
 ARCHIVE = "server-bundle.tar.xz"
@@ -353,6 +361,7 @@ def check_site(site: Path, carried=()) -> list[str]:
     problems = [f"{rel} missing" for rel in ("sglang/__init__.py", "sglang/launch_server.py", "sglang/cli/main.py",
                                              "sgl_kernel/__init__.py", "sgl_kernel/_torch_ops.py",
                                              "flash_mla/__init__.py", "../server-only/flashinfer/sampling.py",
+                                             "../server-only/flashinfer/data/include/flashinfer/sampling.cuh",
                                              "tvm_ffi/include")
                 if not (site / rel).exists()]
     eps = list(site.glob("mla_verify-*.dist-info/entry_points.txt"))
@@ -408,6 +417,14 @@ def build_bundle(dest: Path = DEFAULT_DIR, *, work: Path = WORK_DIR, python_vers
         shutil.copytree(STANDINS / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     for pkg in SERVER_ONLY_PACKAGES:
         shutil.copytree(SERVER_ONLY / pkg, stage / "server-only" / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = download([FLASHINFER_WHEEL], Path(tmp), python_version)[0]
+        sizes["flashinfer headers"] = db._unpack(wheel, stage / "server-only", lambda p: p.startswith(FLASHINFER_HEADERS))
+    for rel in FLASHINFER_EMPTY:
+        empty = stage / "server-only" / "flashinfer" / "data" / rel
+        empty.mkdir(parents=True, exist_ok=True)
+        (empty / "NOT-CARRIED").write_text("Carried empty by kernel/sglang/server_bundle.py: SGLang's JIT requires this "
+                                          "folder to exist; the kernels the real server compiles include nothing from it.\n")
     dist_info = db.write_project_dist_info(site)
     problems = check_site(site, carry)
     if problems:

@@ -94,6 +94,9 @@ def fake_download(names_versions, dest, python_version):
                  f"{mod}/__init__.py": "", f"{mod}/tests/test_x.py": "", f"{mod}/include/x.h": ""}
         if name == "sglang":
             files = SGLANG_FILES
+        elif name == "flashinfer-python":
+            files = {"flashinfer_python-0.7.2.dist-info/METADATA": "Name: flashinfer-python\n", "flashinfer/__init__.py": "",
+                     "flashinfer/data/include/flashinfer/sampling.cuh": "// header", "flashinfer/data/csrc/big.cu": ""}
         elif name == "apache-tvm-ffi":
             files = {"apache_tvm_ffi-0.1.11.dist-info/METADATA": "Name: apache-tvm-ffi\n", "tvm_ffi/__init__.py": "",
                      "tvm_ffi/include/tvm/ffi/c_api.h": "// header", "tvm_ffi/3rdparty/dlpack/include/dlpack.h": ""}
@@ -137,12 +140,14 @@ def test_archive_holds_what_the_server_needs_and_nothing_trimmed(built):
     for need in ("site/sglang/launch_server.py", "site/sglang/kernels/jit/csrc/elementwise/rmsnorm.cuh",
                  "site/sglang-0.5.23.dist-info/METADATA", "site/tvm_ffi/include/tvm/ffi/c_api.h",
                  "site/sgl_kernel/__init__.py", "site/sgl_kernel/_torch_ops.py", "site/flash_mla/__init__.py",
-                 "server-only/flashinfer/sampling.py", "site/mla_verify-0.1.0.dist-info/entry_points.txt", "site/fastapi/__init__.py",
+                 "server-only/flashinfer/sampling.py", "server-only/flashinfer/data/include/flashinfer/sampling.cuh",
+                 "server-only/flashinfer/data/spdlog/include/NOT-CARRIED", "site/mla_verify-0.1.0.dist-info/entry_points.txt", "site/fastapi/__init__.py",
                  "kernel-cache/abc-sm90/libmla_verify.so"):
         assert need in names, need
     for gone in ("site/sglang/multimodal_gen/runtime/big.py", "site/sglang/test/t.py",
                  "site/sglang/srt/rust_extensions/_server.cpython-312-x86_64-linux-gnu.so",
-                 "site/sglang-0.5.23.dist-info/RECORD", "site/fastapi/tests/test_x.py", "site/fastapi/include/x.h"):
+                 "site/sglang-0.5.23.dist-info/RECORD", "site/fastapi/tests/test_x.py", "site/fastapi/include/x.h",
+                 "server-only/flashinfer/data/csrc/big.cu"):
         assert gone not in names, gone
     assert not any("__pycache__" in n for n in names)
 
