@@ -1,5 +1,5 @@
 """rows64d_pair_x4 (tier 10, issue 25's rung on tier 9: QK's K fragments by ldmatrix.x4): opt-in
-by tier=10 only, bf16 pools only, validated and timed wherever tier 9 is (validation rotation,
+by tier=10 only, bf16 pools only (both held beside tier 9's in test_rows64d_pair.py), validated and timed wherever tier 9 is (validation rotation,
 extremes, graph check, parts, mma and full), no spills or stack on any target, and in its machine
 code the loads the rung is about: 18 ldmatrix.x4 for K per 32-token pass (tier 9: 36 .x2), no
 local memory."""
@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernel import build
-from kernel.checks import VerifyInputError
-from kernel.inputs import make_case
-from kernel.ops import FP8_TIERS, TIERS, pick_tier, verify_attention
+from kernel.ops import TIERS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,23 +17,6 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def lib_dir():
     return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
-
-
-def test_never_picked_by_default():
-    assert TIERS[10] == 64 and 10 not in FP8_TIERS
-    assert all(pick_tier(H, T, 1, kv_fp8=f) != 10 for H in (1, 8, 64) for T in (1, 4, 8, 16, 65) for f in (False, True))
-
-
-def test_refuses_an_fp8_pool_by_name():
-    c = make_case([10, 3], [4, 2], 2, seed=0, kv_dtype="fp8_e4m3", k_scale=0.5, v_scale=0.25)
-    with pytest.raises(VerifyInputError, match=r"^tier: 10 \(rows64d_pair_x4\) reads a bf16 pool only"):
-        verify_attention(*c.args(), **c.kwargs(), tier=10)
-
-
-def test_a_bf16_call_at_tier_10_passes_every_check_before_the_device():
-    c = make_case([10, 3], [4, 2], 2, seed=0)
-    with pytest.raises(VerifyInputError, match=r"^q: is on cpu; the kernel runs on CUDA"):
-        verify_attention(*c.args(), tier=10)
 
 
 def test_the_validation_rotation_covers_it():

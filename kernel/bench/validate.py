@@ -350,8 +350,8 @@ def compare_sglang(sgl, case) -> dict:
 # the tiers only a forced choice runs (rows64, the small tier's 32-row tiles)
 GRAPH_CONFIGS = ((8, None, None), (1, 8, None), (2, 8, None), (4, 8, None), (8, None, 0), (4, 8, 4), (8, 8, 9),
                  (8, 8, 10))
-# the same for an fp8 pool, less rows64 and rows64d_pair[_x4] (they read bf16 only)
-FP8_GRAPH_CONFIGS = tuple(c for c in GRAPH_CONFIGS if c[2] not in (0, 9, 10))
+# the same for an fp8 pool, less the forced tiers that read bf16 only (rows64, rows64d_pair[_x4])
+FP8_GRAPH_CONFIGS = tuple(c for c in GRAPH_CONFIGS if c[2] is None or c[2] in FP8_TIERS)
 
 
 def graph_check(tol: float, kv_dtype: str = "auto") -> dict:
