@@ -336,6 +336,30 @@ if section("real-speed", "decode speed per arm"):
             f"**{'pass' if sp.get('passed') else 'FAIL'}**: {sp.get('reason')}"))
 
 # %%
+# One line per configuration (algorithm, draft extend, kernel): the canary above is the newest
+# run's, and a newer run of another algorithm must not hide an older configuration's result.
+canaries = (real or {}).get("_canaries") or []
+if len(canaries) > 1 and section("real-canaries", "every configuration's newest canary", canaries):
+    def canary_row(d: dict) -> dict:
+        c = d["steps"]["canary"]
+        s = c.get("speed") or {}
+        a, k, ci = s.get("candidate") or {}, s.get("control") or {}, s.get("ci") or {}
+        return {"configuration": findings.config_words(d), "layers": d.get("layers"),
+                "file": Path(d["_path"]).name, "written": str(d.get("date"))[:16],
+                "context tokens": s.get("context_tokens"), "flash tokens/s": a.get("median_tok_s"), "triton tokens/s": k.get("median_tok_s"),
+                "flash / triton": s.get("ratio"), "95 % CI": f"{ci.get('low', float('nan')):.3g} to "
+                                                              f"{ci.get('high', float('nan')):.3g}",
+                "flash step, ms": a.get("median_step_ms"), "triton step, ms": k.get("median_step_ms"),
+                "canary": "passed" if c.get("status") == "ok" else c.get("status")}
+    display(figures.table(
+        pd.DataFrame([canary_row(d) for d in canaries]),
+        {"layers": "{:,.0f}", "context tokens": "{:,.0f}", "flash tokens/s": "{:,.2f}", "triton tokens/s": "{:,.2f}",
+         "flash / triton": "{:.3g}", "flash step, ms": "{:,.1f}", "triton step, ms": "{:,.1f}"},
+        "The newest real-server canary of each configuration, newest first (the first is the one "
+        "this section shows)",
+        text=("configuration",), nowrap=("file",)))
+
+# %%
 p_doc = (real or {}).get("_planted_doc")
 pl = findings.planted_caught(p_doc) if p_doc is not None else None
 if section("real-planted", "a planted verify fault", [p_doc]):

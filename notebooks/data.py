@@ -252,6 +252,9 @@ def real_server(data_dir: str | Path, *, allow_fixture: bool = False) -> dict | 
                       (real_config) merged by layer count; never another configuration's
       _slopes, _slopes_docs, _slopes_recorded  the per-layer slope over them (breakdown.slopes),
                       the files it reads, and whether it is a file's recorded one instead
+      _canaries       the newest file with a canary step of each configuration (real_config),
+                      newest first, the run's own first: so a newer run of another algorithm
+                      does not hide an older configuration's canary
       _files          every file used, the run first
     """
     docs = load_all(data_dir, REAL_SERVER) if Path(data_dir).is_dir() else []
@@ -267,11 +270,16 @@ def real_server(data_dir: str | Path, *, allow_fixture: bool = False) -> dict | 
     planted, promote = _step_doc(main, pool, "planted"), _step_doc(main, pool, "promote")
     merged = _merged_breakdowns(main, pool)
     fit, fit_docs, recorded = _merged_slopes(main, pool, merged)
-    files = _unique([main, planted, promote, *(m["doc"] for m in merged.values()), *fit_docs])
+    canaries: dict[tuple, dict] = {}
+    for d in sorted(with_canary, key=lambda d: d["_date"], reverse=True):
+        canaries.setdefault(real_config(d), d)
+    files = _unique([main, planted, promote, *(m["doc"] for m in merged.values()), *fit_docs,
+                     *canaries.values()])
     for d in files:
         _showable(d, allow_fixture)
     main.update(_planted_doc=planted, _promote_doc=promote, _breakdowns=merged, _slopes=fit,
-                _slopes_docs=fit_docs, _slopes_recorded=recorded, _files=files)
+                _slopes_docs=fit_docs, _slopes_recorded=recorded, _canaries=list(canaries.values()),
+                _files=files)
     return main
 
 

@@ -53,3 +53,20 @@ def test_readme_real_server_speed_is_the_canary_phase_3_shows():
     assert m.group(1) == f"{cand['median_tok_s']:.1f}" and m.group(2) == f"{ctrl['median_tok_s']:.1f}"
     assert m.group(3) == f"{cand['median_step_ms']:.1f}" and m.group(4) == f"{ctrl['median_step_ms']:.1f}"
     assert f"{doc['layers']}-layer" in README and speed["passed"] is True
+    algo = doc.get("algorithm") or "EAGLE"
+    assert algo in _one(r"rank's attention, ([A-Z]+)[^)]*, 185,000 tokens").group(1)
+
+
+def test_readme_eagle_speed_is_the_eagle_canary_phase_3_lists():
+    """The second figure: EAGLE with its draft extend through the kernel, from the newest EAGLE
+    canary of that configuration in phase 3's per-configuration table (data.real_server's
+    _canaries)."""
+    m = _one(r"With EAGLE instead, its draft extend through the kernel too, ([\d.]+) against ([\d.]+) "
+             r"tokens/s \(`reports/data/([^`]+)`")
+    doc = data.real_server(DATA)
+    eagle = [d for d in doc["_canaries"] if (d.get("algorithm") or "EAGLE") == "EAGLE" and data.real_draft_extend(d)]
+    assert eagle, "no EAGLE canary with the draft extend on in reports/data"
+    assert m.group(3) == Path(eagle[0]["_path"]).name
+    speed = eagle[0]["steps"]["canary"]["speed"]
+    assert m.group(1) == f"{speed['candidate']['median_tok_s']:.1f}"
+    assert m.group(2) == f"{speed['control']['median_tok_s']:.1f}" and speed["passed"] is True

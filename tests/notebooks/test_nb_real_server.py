@@ -315,6 +315,7 @@ def test_each_part_comes_from_the_file_that_holds_it(tmp_path, fixture_dir):
     assert real["_slopes"] == json.loads(json.dumps(want)) or real["_slopes"] == want
     assert real["_slopes"]["layers"] == [4, 16, 61] and not real["_slopes_recorded"]
     assert [name(f) for f in real["_files"]] == [f"real-server-{i}.json" for i in (1, 0, 2, 3)]
+    assert [name(f) for f in real["_canaries"]] == ["real-server-1.json", "real-server-0.json"]
     line = findings.live_canary(real, "unused")
     assert line["status"] == "pass", line
     assert line["text"].startswith(f"PASS on a {REAL_LABEL}{ON} (2026-12-02, real-server-1.json): canary passed")
@@ -371,9 +372,39 @@ def test_a_page_of_two_configurations_names_each_file(tmp_path, fixture_dir, cli
     assert rec["real_server"]["parts"] == {"planted": "real-server-0.json", "promote": "real-server-0.json",
                                            "breakdowns": {"4": "real-server-1.json", "16": "real-server-2.json",
                                                           "61": "real-server-3.json"}}
+    # one line per configuration's newest canary, the section's own first
+    assert "Real server: every configuration's newest canary" in page
+    rows = page[page.index("every configuration's newest canary"):]
+    assert rows.index("real-server-1.json") < rows.index("real-server-0.json")
+    for i in (0, 1):
+        assert f"{docs[i]['steps']['canary']['speed']['candidate']['median_tok_s']:,.2f}" in rows
     verdict = verdict_text(tmp_path)
     assert f"PASS on a {REAL_LABEL}{ON} (2026-12-02, real-server-1.json)" in verdict
     assert "(from real-server-0.json, run with EAGLE's draft extend off, left to SGLang)" in verdict
+
+
+def test_a_newer_dflash_canary_is_shown_and_keeps_each_eagle_canary_listed(tmp_path, fixture_dir):
+    """As reports/data holds them since the first DFLASH canary: the newest canary (DFLASH) is the
+    section's run; the EAGLE canaries of both draft-extend configurations stay in _canaries (and
+    _files), newest first, and a canary-less DFLASH file is in neither."""
+    docs = two_configurations()
+    dflash = part_doc("2026-12-02T15:31:30Z", draft=True, step_us=14000)
+    dflash.update(algorithm="DFLASH", block_size=16)
+    dflash.pop("draft_extend")
+    dflash["steps"]["canary"] = copy.deepcopy(dflash["steps"]["canary"])
+    dflash["steps"]["canary"]["speed"]["candidate"]["median_tok_s"] = 70.5
+    up_only = part_doc("2026-12-02T13:48:42Z", draft=True, steps=("setup", "up"))
+    up_only.update(algorithm="DFLASH", block_size=16)
+    up_only.pop("draft_extend")
+    real = data.real_server(write(tmp_path / "data", fixture_dir, *docs, dflash, up_only), allow_fixture=True)
+    name = lambda doc: Path(doc["_path"]).name   # noqa: E731
+    assert name(real) == "real-server-6.json" and real["algorithm"] == "DFLASH"
+    assert [name(d) for d in real["_canaries"]] == ["real-server-6.json", "real-server-1.json", "real-server-0.json"]
+    assert {"real-server-1.json", "real-server-0.json"} <= {name(d) for d in real["_files"]}
+    assert "real-server-7.json" not in {name(d) for d in real["_files"]}
+    # the planted fault and promote come from the EAGLE run that has them, named as another configuration
+    assert name(real["_planted_doc"]) == "real-server-0.json"
+    assert findings.config_words(real["_canaries"][1], real).startswith("EAGLE")
 
 
 def test_a_breakdown_only_newest_file_does_not_hide_the_canary(tmp_path, fixture_dir):

@@ -194,12 +194,18 @@ def _plan(steps, **kw):
 
 
 def test_the_default_run_splits_into_two_calls_under_ten_minutes():
-    first = _plan(["setup", "up", "planted"], first_start=True)
+    # only the machine's first server start is a first start (SGLang's JIT compiles)
+    first = _plan(["setup", "up"], first_start=True) + _plan(["planted"])
     second = _plan(["canary", "promote", "breakdown"])
-    # a second call that finds a fresh machine re-runs setup and up itself
+    assert first < 600 and second < 600, (first, second)
+    assert _plan(["setup", "up"], first_start=True) + _plan(["planted", "canary", "promote", "breakdown"]) > 600
+    # a second call that finds a fresh machine re-runs setup and up itself and does not fit all of
+    # its steps: the README's commands pass --budget, so the job skips what does not fit and says so
     cold = second + _plan(["setup", "up"], first_start=True)
-    assert first < 600 and second < 600 and cold < 600, (first, second, cold)
-    assert _plan(["setup", "up", "planted", "canary", "promote", "breakdown"], first_start=True) > 600
+    assert cold > 570 and _plan(["setup", "up"], first_start=True) + _plan(["canary"]) < 570, cold
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "--steps setup,up,planted --layers 4 --budget 570" in readme
+    assert "--steps canary,promote,breakdown --layers 4 --budget 570" in readme
 
 
 def test_estimates_follow_the_measurements():

@@ -6,8 +6,9 @@ audit (../shared/reading/audit-2026-12-02/real-server.md: 185,000 tokens prefill
 layers and 86.1 s at 16; a decode step of 174 -> 600 ms from 4 to 16 layers), the flash arm's from
 the job's own run with EAGLE's draft extend on the kernel (reports/data/real-server-h200-
 20261202T075043Z.json, ...T080028Z, ...T080302Z: prefill 8.7 / 29.2 / 105.6 s and a step of 5.0 /
-8.0 / 20.5 ms at 4 / 16 / 61 layers); a server healthy 60-95 s after start (the slow end when
-SGLang JIT-compiles its kernels, on a machine's first start); accept length 1.02. Between the
+8.0 / 20.5 ms at 4 / 16 / 61 layers); a server healthy 56-71 s after start, the first on a fresh
+machine 143-178 s (SGLang JIT-compiles its kernels; the job's five `up` steps of 2026-12-02, EAGLE
+and DFLASH alike: reports/data/real-server-h200-*.json); accept length 1.02. Between the
 measured layer counts linear in layers, beyond them the nearest two points' line; prefill linear
 in tokens. The other constants are allowances for requests, stops and file work, not measurements.
 
@@ -22,8 +23,8 @@ MEASURED_CONTEXT = 185000
 PREFILL_S = {"triton": {4: 25.4, 16: 86.1}, "flash": {4: 8.7, 16: 29.2, 61: 105.6}}
 STEP_MS = {"triton": {4: 174.0, 16: 600.0}, "flash": {4: 5.0, 16: 8.0, 61: 20.5}}
 ACCEPT_LENGTH = 1.02
-START_FIRST_S = 95.0
-START_S = 65.0
+START_FIRST_S = 180.0
+START_S = 70.0
 STOP_S = 10.0
 GATE_CHECKS_S = 10.0          # arm, health_generate, metrics reads
 SHORT_NUMERICS_S = 16.0       # 8 prompts of 64 tokens: 4 requests each, both arms
