@@ -19,8 +19,8 @@ def lib_dir():
     return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
 
 
-# the opt-in 64-row rungs of issue 25: tier 9 and its ldmatrix.x4 copy, tier 10
-OPT_IN = [(9, "rows64d_pair"), (10, "rows64d_pair_x4")]
+# the opt-in 64-row rung of issue 25: tier 9
+OPT_IN = [(9, "rows64d_pair")]
 
 
 @pytest.mark.parametrize("tier", [t for t, _ in OPT_IN])
@@ -48,7 +48,7 @@ def test_the_validation_and_the_parts_stage_cover_it():
     from kernel.bench import micro
     src = (ROOT / "kernel" / "bench" / "validate.py").read_text()
     assert "tiers = list(TIERS)" in src and "other_tiers=tuple(TIERS)" in src   # random rotation, extremes
-    assert "for tier in (8, 9, 10, 6):" in Path(micro.__file__).read_text()      # parts beside rows64d
+    assert "for tier in (8, 9, 6):" in Path(micro.__file__).read_text()          # parts beside rows64d
     for S, T, H, tiers in micro.SHAPES:
         if S == 185000 and T in (8, 16, 32):
             assert 9 in tiers and 8 in tiers
