@@ -112,7 +112,7 @@ _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 def _variant(mangled: str) -> str:
     """A readable name for one instantiation: 'rows64', 'small_nt4', 'rows64d', 'rows32d_diag', 'rows64d_pair',
-    'rows64d_pair_x4_diag', 'small_nt1_fp8', 'rows64d_fp8', 'combine_r32', 'combine_r32_few', ..."""
+    'small_nt1_fp8', 'rows64d_fp8', 'combine_r32', 'combine_r32_few', ..."""
     args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
     if "mla_verify_kernel_small8" in mangled and args:   # the small tier's fp8 copy
         return f"small_nt{args[0]}_fp8"
@@ -122,8 +122,8 @@ def _variant(mangled: str) -> str:
         return f"rows{32 * args[0]}d_fp8"
     if "mla_verify_kernel_rowsd" in mangled and len(args) >= 2:   # <HALVES, DIAG>
         return f"rows{32 * args[0]}d" + ("_diag" if args[1] else "")
-    if "mla_verify_kernel_rows64d_pair" in mangled and args:   # <DIAG, QKV>: QKV 1 = tier 10's ldmatrix.x4
-        return "rows64d_pair" + ("_x4" if len(args) > 1 and args[1] == 1 else "") + ("_diag" if args[0] else "")
+    if "mla_verify_kernel_rows64d_pair" in mangled and args:   # <DIAG>
+        return "rows64d_pair" + ("_diag" if args[0] else "")
     if "mla_verify_kernel_rows64" in mangled:
         return "rows64"
     if "mla_verify_combine" in mangled and args:   # <BMR, FEW>

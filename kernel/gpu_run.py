@@ -18,9 +18,9 @@
 - graph: capture the call in a CUDA graph per tier, replay with new lengths, slots and
   trees, compare with eager; for the fp8 pool too (per fp8 tier, fixed scales).
 - stream, mma, full: the ladder's microbenchmarks, each tier with stages left out
-  (kernel/bench/micro.py); parts: the design D tiers' math (rows64d, rows64d_pair, its x4
-  copy, rows32d) with the softmax, QK or PV left out, and the mma.sync ceiling at their
-  occupancy (8 warps per SM). With mma, full and
+  (kernel/bench/micro.py); parts: the design D tiers' math (rows64d, rows64d_pair, rows32d)
+  with the softmax, QK or PV left out, and the mma.sync ceiling at their occupancy (8 warps per
+  SM). With mma, full and
   parts, the sm_120 model (kernel/bench/sm120_estimate.py) is written from them too:
   sm120-model-from-*.json, a model, not a measurement.
 - probe: mma.sync with an ldmatrix.x4 every 1-8 MMAs and 1-8 accumulator chains

@@ -24,14 +24,12 @@ DEFAULT_MAX_BS = 4096
 # the MMA's M dimension), 1/2/4 = small (operands swapped, 8 * id rows), 6/8 = rows32d/rows64d
 # (design D of the kernel memo: 32-row pipelines, one or two per CTA), 9 = rows64d_pair (rows64d
 # with one barrier pair per 32 tokens, issue 25; opt-in through tier=9, never picked by default,
-# bf16 pools only), 10 = rows64d_pair_x4 (tier 9 with QK's K fragments by ldmatrix.x4, issue 25's
-# next rung; opt-in through tier=10 likewise).
-TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64, 9: 64, 10: 64}
+# bf16 pools only).
+TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64, 9: 64}
 # The tiers that read SGLang's fp8_e4m3 pool (1, 2, 4: tier_small8.cuh, f16 MMAs on e4m3 operands
 # widened in registers; 6, 8: e4m3 rows widened to bf16 in shared memory); rows64 (0), kept only
-# to be forced in benchmarks, and rows64d_pair (9, 10) read bf16 only.
+# to be forced in benchmarks, and rows64d_pair (9) read bf16 only.
 FP8_TIERS = (1, 2, 4, 6, 8)
-BF16_ONLY_NAMES = {0: "rows64", 9: "rows64d_pair", 10: "rows64d_pair_x4"}
 # The tier for requests of more than 32 rows, and when the rows per request are not known
 # statically: rows64d (8), measured faster there than rows64 (0) and the 32-row tiers on the
 # H200 (kernel/NOTES.md), and the lowest of every tier in the sm_120 model at 185k tokens too
@@ -195,7 +193,7 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
                speculative num_draft_tokens); picks the row tier. Any value gives correct
                results; an undercount only costs speed.
       tier:    force a tier (TIERS: 0 = rows64, 1/2/4 = small with 8/16/32-row tiles, 6/8 = rows32d/
-               rows64d, 9 / 10 = rows64d_pair / its x4 copy, bf16 only); for benchmarks. Default: `pick_tier`.
+               rows64d, 9 = rows64d_pair, bf16 only); for benchmarks. Default: `pick_tier`.
     Returns (o, lse), lse None when with_lse is False.
     """
     bs, H = check_shapes(q, kv_cache, kv_indptr, kv_indices if kv_indices is not None else kv_indptr, k_extend,
@@ -211,7 +209,7 @@ def verify_attention(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, 
     elif tier not in TIERS:
         raise VerifyInputError(f"tier: {tier!r} is not one of {sorted(TIERS)}")
     if fp8 and tier not in FP8_TIERS:
-        raise VerifyInputError(f"tier: {tier} ({BF16_ONLY_NAMES[tier]}) reads a bf16 pool "
+        raise VerifyInputError(f"tier: {tier} ({'rows64' if tier == 0 else 'rows64d_pair'}) reads a bf16 pool "
                                f"only; an fp8 kv_cache takes one of {list(FP8_TIERS)}")
     if H > MAX_HEADS:
         raise VerifyInputError(f"q: {H} heads, the kernel supports at most {MAX_HEADS}")

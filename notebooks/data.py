@@ -26,10 +26,13 @@ EXTEND_BLOCK_M = 32
 OURS, BASELINE, SPLIT_KV, NAIVE = "flash", "sglang_extend", "sglang_verify_mla", "torch_naive"
 # Kernel tier id (bench rows' "tier", micro rows, the validation's by_tier) -> query rows per
 # tile: 0 is rows64, 1/2/4 the small tier (operands swapped), 6/8 rows32d/rows64d (design D).
-# kernel/ops.py TIERS; a test holds this copy to it and to the rows_per_tile the micro and
-# validation files record.
+# kernel/ops.py TIERS plus RETIRED_TIERS (below); a test holds this copy to them and to the
+# rows_per_tile the micro and validation files record.
 TIER_ROWS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64, 9: 64, 10: 64}
 TIER_FAMILY = {0: "rows64", 1: "small", 2: "small", 4: "small", 6: "rows32d", 8: "rows64d", 9: "rows64d_pair", 10: "rows64d_pair_x4"}
+# tiers the kernel no longer has whose measurements stay in reports/data: 10 (rows64d_pair_x4, tier 9
+# with QK's K fragments by ldmatrix.x4: measured no faster than tier 9 and deleted, kernel/NOTES.md)
+RETIRED_TIERS = (10,)
 BENCH_COLUMNS = ("sweep", "S", "prefix_lens", "T", "H", "layout", "page_size", "batch", "impl",
                  "time_us", "bytes", "flops", "GBps", "TFLOPs", "roofline_us", "frac_roofline")
 

@@ -34,13 +34,13 @@ def test_no_spills_no_stack(lib_dir):
 
 def test_every_tier_fits_sm120_shared_memory(lib_dir):
     lib = ctypes.CDLL(str(lib_dir / build.LIB))
-    sizes = {t: lib.mla_verify_tier_smem_bytes(t) for t in (0, 1, 2, 4, 6, 8, 9, 10)}
+    sizes = {t: lib.mla_verify_tier_smem_bytes(t) for t in (0, 1, 2, 4, 6, 8, 9)}
     fp8 = {t: lib.mla_verify_tier_smem_bytes_fp8(t) for t in (1, 2, 4, 6, 8)}
     assert all(0 < v <= build.SMEM_LIMIT for v in [*sizes.values(), *fp8.values()]), (sizes, fp8)
     assert max([*sizes.values(), *fp8.values()]) == lib.mla_verify_smem_bytes()
     assert lib.mla_verify_tier_smem_bytes(3) == -1
     assert lib.mla_verify_tier_smem_bytes_fp8(0) == -1   # rows64 has no fp8 copy
-    assert lib.mla_verify_tier_smem_bytes_fp8(9) == lib.mla_verify_tier_smem_bytes_fp8(10) == -1   # nor rows64d_pair[_x4]
+    assert lib.mla_verify_tier_smem_bytes_fp8(9) == -1   # nor rows64d_pair
 
 
 def test_shared_memory_fits_sm120(lib_dir):
@@ -135,9 +135,6 @@ def test_ptxas_report_parser():
     assert build._variant("_ZN4mlav6small824mla_verify_kernel_small8ILi1EEEvNS_6ParamsE") == "small_nt1_fp8"
     assert build._variant("_ZN4mlav18mla_verify_combineILi32ELb0EEEvNS_6ParamsE") == "combine_r32"
     assert build._variant("_ZN4mlav8rowspair30mla_verify_kernel_rows64d_pairILi1EEEvNS_6ParamsE") == "rows64d_pair_diag"
-    assert build._variant("_ZN4mlav8rowspair30mla_verify_kernel_rows64d_pairILi1ELi0EEEvNS_6ParamsE") == "rows64d_pair_diag"
-    assert build._variant("_ZN4mlav8rowspair30mla_verify_kernel_rows64d_pairILi0ELi1EEEvNS_6ParamsE") == "rows64d_pair_x4"
-    assert build._variant("_ZN4mlav8rowspair30mla_verify_kernel_rows64d_pairILi1ELi1EEEvNS_6ParamsE") == "rows64d_pair_x4_diag"
     assert build._variant("_ZN4mlav18mla_verify_combineILi8ELb1EEEvNS_6ParamsE") == "combine_r8_few"
 
 
@@ -145,7 +142,7 @@ def test_every_tier_is_compiled_for_every_arch(lib_dir):
     """Each tier instantiation and merge shows up by name in the resource report, per arch."""
     seen = {(r["variant"], r["arch"]) for r in build.resources(lib_dir)}
     want = ["rows64", "rows64d", "rows32d", "rows64d_diag", "rows32d_diag", "rows64d_fp8", "rows32d_fp8",
-            "rows64d_pair", "rows64d_pair_diag", "rows64d_pair_x4", "rows64d_pair_x4_diag"]
+            "rows64d_pair", "rows64d_pair_diag"]
     want += [f"small_nt{nt}{k}" for nt in (1, 2, 4) for k in ("", "_fp8")]
     want += [f"combine_r{r}{k}" for r in (8, 16, 32, 64) for k in ("", "_few")]
     missing = [(v, f"sm_{a}") for v in want for a in build.ARCHS if (v, f"sm_{a}") not in seen]

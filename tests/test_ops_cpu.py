@@ -67,7 +67,7 @@ def test_tier_from_static_shapes():
     # 32-row tiles, also for more rows and unknown rows per request
     assert [pick_tier(8, t, 1, kv_fp8=True) for t in (1, 2, 4, 8, 9, 32)] == [1, 2, 4, 4, 4, 4]
     assert pick_tier(8, 32, 8, kv_fp8=True) == FP8_LARGE_TIER == 4          # unknown rows per request
-    assert set(TIERS) == {0, 1, 2, 4, 6, 8, 9, 10} and TIERS[0] == TIERS[8] == TIERS[9] == TIERS[10] == 64 and TIERS[6] == 32
+    assert set(TIERS) == {0, 1, 2, 4, 6, 8, 9} and TIERS[0] == TIERS[8] == TIERS[9] == 64 and TIERS[6] == 32
     # rows64d_pair (9) is opt-in: no row count and no override default picks it
     assert 9 not in {pick_tier(8, t, 1, kv_fp8=f) for t in (1, 2, 4, 8, 16, 64) for f in (False, True)}
 

@@ -1,6 +1,7 @@
 """rows64d_pair (tier 9, issue 25's opt-in rung): selectable by tier=9 only, bf16 pools only, in
 the validation's tier rotation and the parts microbenchmark, within sm_120's shared memory with
-no spills on any target, and NOTES quoting its build's shared memory."""
+no spills on any target, NOTES quoting its build's shared memory, and its machine code's K loads
+(kernel/bench/pair_sass.py)."""
 import ctypes
 from pathlib import Path
 
@@ -19,8 +20,8 @@ def lib_dir():
     return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
 
 
-# the opt-in 64-row rungs of issue 25: tier 9 and its ldmatrix.x4 copy, tier 10
-OPT_IN = [(9, "rows64d_pair"), (10, "rows64d_pair_x4")]
+# the opt-in 64-row rung of issue 25: tier 9
+OPT_IN = [(9, "rows64d_pair")]
 
 
 @pytest.mark.parametrize("tier", [t for t, _ in OPT_IN])
@@ -48,7 +49,7 @@ def test_the_validation_and_the_parts_stage_cover_it():
     from kernel.bench import micro
     src = (ROOT / "kernel" / "bench" / "validate.py").read_text()
     assert "tiers = list(TIERS)" in src and "other_tiers=tuple(TIERS)" in src   # random rotation, extremes
-    assert "for tier in (8, 9, 10, 6):" in Path(micro.__file__).read_text()      # parts beside rows64d
+    assert "for tier in (8, 9, 6):" in Path(micro.__file__).read_text()          # parts beside rows64d
     for S, T, H, tiers in micro.SHAPES:
         if S == 185000 and T in (8, 16, 32):
             assert 9 in tiers and 8 in tiers
@@ -72,3 +73,17 @@ def test_the_graph_check_replays_tier_9_on_bf16_only():
     from kernel.bench.validate import FP8_GRAPH_CONFIGS, GRAPH_CONFIGS
     assert any(tier == 9 for _, _, tier in GRAPH_CONFIGS)
     assert all(tier not in (0, 9) for _, _, tier in FP8_GRAPH_CONFIGS)
+
+
+def test_its_machine_code_reads_k_by_ldmatrix_x2_with_no_local_memory(lib_dir):
+    """kernel/bench/pair_sass on this build, sm_90 and sm_120: tier 9's loop (one 32-token pass)
+    holds 136 HMMAs (2 sub-tiles x (36 QK + 32 PV)), 36 ldmatrix.x2 for K and 16 loads for V, and
+    no function of tiers 8 and 9 touches local memory; rows64d (tier 8) reads K by ldmatrix.x4."""
+    from kernel.bench import pair_sass
+    rows = {(r["arch"], r["tier"]): r for r in pair_sass.check(lib_dir)}
+    assert set(rows) == {(f"sm_{a}", t) for a in pair_sass.ARCHS for t in (8, 9)}
+    for a in pair_sass.ARCHS:
+        x2, x4 = rows[(f"sm_{a}", 9)], rows[(f"sm_{a}", 8)]
+        assert x2["hmma"] == 136 and x2["k_loads"] == 36 and x2["k_load_op"] == ["LDSM.16.M88.2"], x2
+        assert x2["v_loads"] == 16 and x2["local_in_function"] == 0, x2
+        assert x4["k_load_op"] == ["LDSM.16.M88.4"] and x4["local_in_function"] == 0, x4

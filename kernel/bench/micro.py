@@ -26,7 +26,7 @@ from .timing import log, time_calls
 MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
 MODE_NO_SOFTMAX, MODE_NO_QK, MODE_NO_PV = 16, 32, 64     # the design D tiers' diagnostic copy only
 MODE_NO_PDL = 128                                         # the merge as an ordinary launch
-# rung L2 for the design D tiers (6, 8, and 9 / 10: rows64d_pair and its x4 copy), part by part: the math on
+# rung L2 for the design D tiers (6, 8, and 9: rows64d_pair), part by part: the math on
 # shared-memory-resident tiles with parts left out
 PARTS = {"math": 0, "no_softmax": MODE_NO_SOFTMAX, "no_qk": MODE_NO_QK, "no_pv": MODE_NO_PV,
          "softmax_only": MODE_NO_QK | MODE_NO_PV, "skeleton": MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV}
@@ -35,9 +35,9 @@ PARTS = {"math": 0, "no_softmax": MODE_NO_SOFTMAX, "no_qk": MODE_NO_QK, "no_pv":
 STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}
 # (S, T, H, tiers): the centre, the rows of T = 1 and 4, compute-bound T, and a short
 # context; each at its candidate tiers (more row tiles of fewer rows read the KV through L2);
-# rows64d_pair (9, opt-in) and its ldmatrix.x4 copy (10, opt-in) beside rows64d where 64-row tiles serve
-SHAPES = ((185000, 8, 8, (8, 9, 10, 6, 0, 4, 2, 1)), (185000, 1, 8, (1, 6, 0)), (185000, 4, 8, (4, 6, 2, 1, 8, 0)),
-          (185000, 2, 8, (2, 1, 6, 0)), (185000, 16, 8, (8, 9, 10, 6, 0, 4, 2)), (185000, 32, 8, (8, 9, 10, 6, 0, 4)),
+# rows64d_pair (9, opt-in) beside rows64d where 64-row tiles serve
+SHAPES = ((185000, 8, 8, (8, 9, 6, 0, 4, 2, 1)), (185000, 1, 8, (1, 6, 0)), (185000, 4, 8, (4, 6, 2, 1, 8, 0)),
+          (185000, 2, 8, (2, 1, 6, 0)), (185000, 16, 8, (8, 9, 6, 0, 4, 2)), (185000, 32, 8, (8, 9, 6, 0, 4)),
           (16384, 8, 8, (8, 6, 0, 4, 2)))
 # the fp8_e4m3 pool: T = 1, 2 and 4 (8 to 32 rows), the centre, and T = 16, 32 (128, 256 rows), at
 # the fp8 tiers that serve them
@@ -73,7 +73,7 @@ def parts(mhz: float) -> list[dict]:
     out = []
     for S, T, H in ((185000, 8, 8), (185000, 32, 8)):
         case, o, lse = shape_case(S, T, H)
-        for tier in (8, 9, 10, 6):
+        for tier in (8, 9, 6):
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
             for name, bits in PARTS.items():
                 mode = MODE_NO_LOADS | MODE_NO_MERGE | bits

@@ -1,6 +1,7 @@
 """The machine code of the 64-row design D tiers' main loop: what QK's K loads became.
 
-Issue 25's rungs on rows64d_pair (tier 9: ldmatrix.x2 per n-tile; tier 10: ldmatrix.x4 per k-step)
+Issue 25's rungs on rows64d_pair (tier 9: ldmatrix.x2 per n-tile; rows64d, tier 8: ldmatrix.x4
+per k-step; tier 10, tier 9 with the x4 loads, measured no faster and deleted: kernel/NOTES.md)
 are about where QK's K fragments are loaded relative to the MMAs that read them, and ptxas, not
 the source, decides that (kernel/NOTES.md: the probe's loads moved next to their use). This reads
 the built library (cuobjdump -sass, as probe_sass does) and reports, per tier and arch, for the
@@ -23,8 +24,7 @@ from . import probe_sass
 ARCHS = ("90", "120")
 # tier -> the production (DIAG = 0) instantiation's mangled name
 FUNCTIONS = {8: "_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi0EEEvNS_6ParamsE",
-             9: "_ZN4mlav8rowspair30mla_verify_kernel_rows64d_pairILi0ELi0EEEvNS_6ParamsE",
-             10: "_ZN4mlav8rowspair30mla_verify_kernel_rows64d_pairILi0ELi1EEEvNS_6ParamsE"}
+             9: "_ZN4mlav8rowspair30mla_verify_kernel_rows64d_pairILi0EEEvNS_6ParamsE"}
 
 
 def _width(op: str) -> int:

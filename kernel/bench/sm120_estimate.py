@@ -80,13 +80,13 @@ DRAM_LATENCY_NS = 1000.0   # assumed loaded DRAM latency on sm_120 (no published
                            # generous one; every bf16 tier keeps >= 36 KB in flight, enough up to ~4 us
 # CTAs per SM on the H200 (verify_common / tier Layouts' MIN_BLOCKS and the occupancy query):
 # two for the small tier's 8- and 16-row tiles and rows32d, on both pools
-H200_CTAS = {0: 1, 1: 2, 2: 2, 4: 1, 6: 2, 8: 1, 9: 1, 10: 1}
+H200_CTAS = {0: 1, 1: 2, 2: 2, 4: 1, 6: 2, 8: 1, 9: 1}
 TILE_BYTES = {"bfloat16": BN * ROW_BYTES, FP8: BN * FP8_ROW_BYTES}
 # 16-token tiles of KV in flight per SM while a tile is computed (stages issued ahead): rows64 3
 # (STAGES - 1), the small tiers 2 (4 stages, 2 in use), rows32d 3 and rows64d 2 (AHEAD), rows64d_pair
-# and its x4 copy (10) 2 (the next pair, at its barrier); fp8: small8 2 stages of 32 tokens (4 tiles), rows32d_fp8 2 and
+# 2 (the next pair, at its barrier); fp8: small8 2 stages of 32 tokens (4 tiles), rows32d_fp8 2 and
 # rows64d_fp8 1 (S8 e4m3 stages, one being widened)
-IN_FLIGHT_TILES = {"bfloat16": {0: 3, 1: 2, 2: 2, 4: 2, 6: 3, 8: 2, 9: 2, 10: 2}, FP8: {1: 4, 2: 4, 4: 4, 6: 2, 8: 1}}
+IN_FLIGHT_TILES = {"bfloat16": {0: 3, 1: 2, 2: 2, 4: 2, 6: 3, 8: 2, 9: 2}, FP8: {1: 4, 2: 4, 4: 4, 6: 2, 8: 1}}
 
 
 def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int) -> int:
@@ -102,7 +102,7 @@ def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int
 
 def mmas_per_tile(rows: int, tier: int) -> int:
     """m16n8k16 MMAs per 16-token tile of one CTA: QK over 36 k-steps, PV over 64 n-tiles."""
-    if tier in (0, 6, 8, 9, 10):          # rows in M (rows64, rows32d, rows64d, rows64d_pair[_x4]): m-tiles x (2 n x 36 k + 64 n)
+    if tier in (0, 6, 8, 9):              # rows in M (rows64, rows32d, rows64d, rows64d_pair): m-tiles x (2 n x 36 k + 64 n)
         return rows // 16 * (2 * 36 + 64)
     nt = rows // 8                        # small: K/V^T tiles as A, rows as n-tiles of 8
     return 36 * nt + 32 * nt
@@ -244,7 +244,7 @@ def summary(doc: dict) -> list[str]:
 
 
 TIER_NAMES = {0: "rows64", 1: "small 8-row", 2: "small 16-row", 4: "small 32-row", 6: "rows32d", 8: "rows64d",
-              9: "rows64d_pair", 10: "rows64d_pair_x4"}
+              9: "rows64d_pair"}
 
 
 def notes_lines(doc: dict, S: int = 185000) -> list[str]:

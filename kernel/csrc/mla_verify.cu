@@ -11,7 +11,6 @@
 //                 dim quarter, PV by column quarter); one per CTA (two CTAs per SM) or two
 //   tier 9        rows64d_pair (tier_rows64d_pair.cuh): rows64d with one barrier pair per 32
 //                 tokens (opt-in, never picked by default; issue 25)
-//   tier 10       rows64d_pair_x4: tier 9 with QK's K fragments by ldmatrix.x4 (opt-in, issue 25)
 // Any tier serves any input (more rows take more row tiles); the host picks the tier from
 // static shapes only, so a launch can be captured in a CUDA graph and replayed with new
 // lengths and trees. Only sm_80-class instructions (mma.sync, ldmatrix, cp.async).
@@ -33,7 +32,7 @@ using namespace mlav;
 constexpr int CAP_MULT = 4;
 size_t table_bytes(int max_bs) { return ((size_t)max_bs * 4 * sizeof(int) + 255) / 256 * 256; }
 size_t lse_floats(int target_ctas) { return (size_t)CAP_MULT * target_ctas * rows64::BM; }
-int rows_of_tier(int tier) { return tier == 0 || tier == 9 || tier == 10 ? rows64::BM : tier == 6 ? 32 : 8 * tier; }   // tier 8: 64
+int rows_of_tier(int tier) { return tier == 0 || tier == 9 ? rows64::BM : tier == 6 ? 32 : 8 * tier; }   // tier 8: 64
 
 // The >48 KB opt-in is per device and per kernel; set it once, outside any later graph capture.
 template <typename K>
@@ -123,11 +122,10 @@ cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int 
   return cudaGetLastError();
 }
 
-// rows64d_pair (tier 9, QKV = QK_X2; tier 10, QK_X4): one CTA of 8 warps per SM, as rows64d.
-template <int QKV>
+// rows64d_pair (tier 9): one CTA of 8 warps per SM, as rows64d.
 cudaError_t launch_rows64d_pair(const Params& p, int num_tokens, int bs, cudaStream_t st, int dev, int diag) {
   static bool done[2][64] = {};
-  auto kernel = diag ? rowspair::mla_verify_kernel_rows64d_pair<1, QKV> : rowspair::mla_verify_kernel_rows64d_pair<0, QKV>;
+  auto kernel = diag ? rowspair::mla_verify_kernel_rows64d_pair<1> : rowspair::mla_verify_kernel_rows64d_pair<0>;
   cudaError_t err = allow_smem(kernel, rowspair::SMEM, dev, done[diag]);
   if (err != cudaSuccess) return err;
   kernel<<<grid_for(rowspair::BM, p.target_ctas, num_tokens, p.H, bs), rowspair::THREADS, rowspair::SMEM, st>>>(p);
@@ -164,12 +162,11 @@ int mla_verify_tier_smem_bytes(int tier) {
     case 4: return small::Layout<4>::SMEM;
     case 6: return rowsd::Layout<1>::SMEM;
     case 8: return rowsd::Layout<2>::SMEM;
-    case 9:
-    case 10: return rowspair::SMEM;
+    case 9: return rowspair::SMEM;
     default: return -1;
   }
 }
-// The same for a tier's fp8 copy, -1 for a tier without one (rows64, rows64d_pair and its x4 copy).
+// The same for a tier's fp8 copy, -1 for a tier without one (rows64, rows64d_pair).
 int mla_verify_tier_smem_bytes_fp8(int tier) {
   switch (tier) {
     case 1: return small8::Layout<1>::SMEM;
@@ -201,9 +198,9 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
                       void* workspace, int target_ctas, int max_bs, void* stream, int mode, int tier,
                       int kv_fp8, float k_scale, float v_scale) {
   if (num_tokens == 0 || bs == 0) return 0;
-  if (tier != 0 && tier != 1 && tier != 2 && tier != 4 && tier != 6 && tier != 8 && tier != 9 && tier != 10)
+  if (tier != 0 && tier != 1 && tier != 2 && tier != 4 && tier != 6 && tier != 8 && tier != 9)
     return (int)cudaErrorInvalidValue;
-  if (kv_fp8 && (tier == 0 || tier == 9 || tier == 10)) return (int)cudaErrorInvalidValue;   // bf16 only
+  if (kv_fp8 && (tier == 0 || tier == 9)) return (int)cudaErrorInvalidValue;   // rows64, rows64d_pair: bf16 only
   Params p;
   p.q = static_cast<const __nv_bfloat16*>(q);
   p.kv = static_cast<const __nv_bfloat16*>(kv);
@@ -246,10 +243,9 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
                                 : launch_rowsd<2, true>(p, num_tokens, bs, st, dev, diag);
     else err = tier == 6 ? launch_rowsd<1, false>(p, num_tokens, bs, st, dev, diag)
                          : launch_rowsd<2, false>(p, num_tokens, bs, st, dev, diag);
-  } else if (tier == 9 || tier == 10) {
-    const int diag = (mode & (MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV)) ? 1 : 0;
-    err = tier == 9 ? launch_rows64d_pair<rowspair::QK_X2>(p, num_tokens, bs, st, dev, diag)
-                    : launch_rows64d_pair<rowspair::QK_X4>(p, num_tokens, bs, st, dev, diag);
+  } else if (tier == 9) {
+    err = launch_rows64d_pair(p, num_tokens, bs, st, dev,
+                              (mode & (MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV)) ? 1 : 0);
   } else if (tier == 1) {
     err = kv_fp8 ? launch_small<1, true>(p, num_tokens, bs, st, dev) : launch_small<1, false>(p, num_tokens, bs, st, dev);
   } else if (tier == 2) {
@@ -261,7 +257,7 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   if (mode & MODE_NO_MERGE) return 0;
   const long long rows = (long long)num_tokens * H;
   const bool pdl = !(mode & MODE_NO_PDL) && pdl_capable(dev);
-  if (tier == 0 || tier == 8 || tier == 9 || tier == 10) err = launch_combine<rows64::BM>(p, rows, st, pdl);
+  if (tier == 0 || tier == 8 || tier == 9) err = launch_combine<rows64::BM>(p, rows, st, pdl);
   else if (tier == 6 || tier == 4) err = launch_combine<32>(p, rows, st, pdl);
   else if (tier == 1) err = launch_combine<8>(p, rows, st, pdl);
   else err = launch_combine<16>(p, rows, st, pdl);

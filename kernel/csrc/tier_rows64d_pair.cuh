@@ -1,7 +1,7 @@
-// Tier rows64d_pair (tier id 9, opt-in: `tier=9`, never picked by default; its ldmatrix.x4 copy
-// is tier 10, below): rows64d (tier_rowsd.cuh, HALVES = 2) with one barrier pair per 32 tokens
-// instead of per 16 (issue 25's first non-MMA rung). Same warps, same fragments, same math per
-// 16-token sub-tile; what changes per pass of two sub-tiles a = 2p, b = 2p + 1:
+// Tier rows64d_pair (tier id 9, opt-in: `tier=9`, never picked by default): rows64d (tier_rowsd.cuh,
+// HALVES = 2) with one barrier pair per 32 tokens instead of per 16 (issue 25's first non-MMA
+// rung). Same warps, same fragments, same math per 16-token sub-tile; what changes per pass of
+// two sub-tiles a = 2p, b = 2p + 1:
 //   - one CTA barrier and two named barriers per half per 32 tokens (rows64d: per 16);
 //   - QK(a) then QK(b) by each warp, partial S stored per sub-tile; the softmax thread sums its
 //     8 values (4 tokens of each sub-tile) in one pass: one max-reduction round (2 shuffles), one
@@ -23,13 +23,6 @@
 //     Variants measured against this one in registers (sm_120 / sm_90 spills, bytes): x4 one
 //     k-step ahead 28-44 / 0-12; the rope k-step's Q fragment read again from L1 instead of held
 //     0 / 0 but 16 uncoalesced loads a thread per pass (~512 L1 wavefronts per 16 tokens), not kept;
-//   - tier 10 (rows64d_pair_x4, QKV = QK_X4, opt-in: `tier=10`): QK reads K as rows64d does, one
-//     ldmatrix.x4 per k-step requested a k-step ahead (8 registers of B). It fits (0 spills, 0 stack
-//     on sm_80-120, nvcc 13.0) because PV re-reads the thread index and forms its V, P, alpha and flag
-//     addresses in the pass: ptxas otherwise held them through QK (sm_120 spilled 28 B). x2 three
-//     fragments ahead (6 registers) spilled 20 B on sm_120 even so, x4 two k-steps ahead 8 B. ptxas
-//     places the loads itself in every variant (kernel/bench/pair_sass.py, NOTES): QK_X2 keeps tier
-//     9's code (sm_90 machine code identical to the measured build);
 //   - the two halves run in lockstep (rows64d offsets them by half a tile: with two sub-tiles in
 //     use by each half and four ring stages, an offset would leave no stage to stream into).
 // KV: the 4-stage ring as 2 pairs: pair p + 1 is issued at pass p's CTA barrier into the stages
@@ -73,12 +66,9 @@ static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory p
 static_assert(OFF_LSE + BM * 4 <= RING_BYTES, "the epilogue's arrays fit in the ring past the O staging");
 static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 
-// How QK reads its K fragments (QKV, a template argument; the tier id picks it): see qk below.
-constexpr int QK_X2 = 0, QK_X4 = 1;
-
 // DIAG = 1: the diagnostic copy that reads mode bits 16/32/64 (leave out the softmax, QK or PV:
 // `--stages parts`); DIAG = 0 never tests them.
-template <int DIAG, int QKV>
+template <int DIAG>
 __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(const Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   {
@@ -91,15 +81,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, qd = lane & 3;
-  // QK_X4's QK holds 4 registers more: there PV re-reads the thread index (asm volatile: neither
-  // hoisted nor held) and forms its addresses in the pass, which ptxas otherwise keeps live through
-  // QK (sm_120: 28 B spilled without this); QK_X2 keeps tier 9's code as measured
-  constexpr bool RELANE = QKV != QK_X2;
-  auto tid_now = [&]() {
-    int t = tid;
-    if constexpr (RELANE) asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-    return t;
-  };
   const int r = warp >> 2, d = warp & 3;                 // half, quarter (also: the row group it softmaxes)
   const int H = p.H;
   // the item's derived values are recomputed from shared memory where used, not held through
@@ -204,51 +185,27 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int n = 0; n < 2; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.f;
-    // the lane is re-read (asm volatile) so the ldmatrix addresses are computed here, not held
+    // B by n-tile (ldmatrix.x2: lanes 0-15 address tokens 8 nt + 0..7, k halves 0 / 1), the next
+    // k-step's requested once the current one's two MMAs have issued (see the top: registers);
+    // the lane is re-read (asm volatile) so the 18 addresses are computed here, not held
     int ln;
     asm volatile("mov.u32 %0, %%laneid;" : "=r"(ln));
-    if constexpr (QKV == QK_X4) {
-      // B of both n-tiles by one ldmatrix.x4 (lanes 0-7 / 16-23: tokens 0-7 / 8-15, lanes 8-15 /
-      // 24-31 the second k half), the next k-step's requested before the current one's 4 MMAs
-      const int tok = ((ln >> 4) << 3) + (ln & 7), sb = (ln >> 3) & 1;
-      auto addr = [&](int kk) {
-        const int ch = (kk < 8 ? 16 * d + 2 * kk : 64 + 2 * d) + sb;
-        return smem_u32(kt + swz(tok, ch) * 8);
-      };
-      uint32_t b[2][4];
-      ldsm_x4(addr(0), b[0][0], b[0][1], b[0][2], b[0][3]);
+    const int sb = (ln >> 3) & 1;
+    auto addr = [&](int kk, int nt) {
+      const int ch = (kk < 8 ? 16 * d + 2 * kk : 64 + 2 * d) + sb;
+      return smem_u32(kt + swz(8 * nt + (ln & 7), ch) * 8);
+    };
+    uint32_t b0[2], b1[2];
+    ldsm_x2(addr(0, 0), b0[0], b0[1]);
+    ldsm_x2(addr(0, 1), b1[0], b1[1]);
 #pragma unroll
-      for (int kk = 0; kk < QK_STEPS; ++kk) {
-        if (kk + 1 < QK_STEPS) {
-          uint32_t* nb = b[(kk + 1) & 1];
-          ldsm_x4(addr(kk + 1), nb[0], nb[1], nb[2], nb[3]);
-        }
-        const uint32_t* cb = b[kk & 1];
-        mma16816(s[0][0], qa[kk][0], cb[0], cb[1]);
-        mma16816(s[1][0], qa[kk][1], cb[0], cb[1]);
-        mma16816(s[0][1], qa[kk][0], cb[2], cb[3]);
-        mma16816(s[1][1], qa[kk][1], cb[2], cb[3]);
-      }
-    } else {
-      // B by n-tile (ldmatrix.x2: lanes 0-15 address tokens 8 nt + 0..7, k halves 0 / 1), the next
-      // k-step's requested once the current one's two MMAs have issued (see the top: registers)
-      const int sb = (ln >> 3) & 1;
-      auto addr = [&](int kk, int nt) {
-        const int ch = (kk < 8 ? 16 * d + 2 * kk : 64 + 2 * d) + sb;
-        return smem_u32(kt + swz(8 * nt + (ln & 7), ch) * 8);
-      };
-      uint32_t b0[2], b1[2];
-      ldsm_x2(addr(0, 0), b0[0], b0[1]);
-      ldsm_x2(addr(0, 1), b1[0], b1[1]);
-#pragma unroll
-      for (int kk = 0; kk < QK_STEPS; ++kk) {
-        mma16816(s[0][0], qa[kk][0], b0[0], b0[1]);
-        mma16816(s[1][0], qa[kk][1], b0[0], b0[1]);
-        if (kk + 1 < QK_STEPS) ldsm_x2(addr(kk + 1, 0), b0[0], b0[1]);
-        mma16816(s[0][1], qa[kk][0], b1[0], b1[1]);
-        mma16816(s[1][1], qa[kk][1], b1[0], b1[1]);
-        if (kk + 1 < QK_STEPS) ldsm_x2(addr(kk + 1, 1), b1[0], b1[1]);
-      }
+    for (int kk = 0; kk < QK_STEPS; ++kk) {
+      mma16816(s[0][0], qa[kk][0], b0[0], b0[1]);
+      mma16816(s[1][0], qa[kk][1], b0[0], b0[1]);
+      if (kk + 1 < QK_STEPS) ldsm_x2(addr(kk + 1, 0), b0[0], b0[1]);
+      mma16816(s[0][1], qa[kk][0], b1[0], b1[1]);
+      mma16816(s[1][1], qa[kk][1], b1[0], b1[1]);
+      if (kk + 1 < QK_STEPS) ldsm_x2(addr(kk + 1, 1), b1[0], b1[1]);
     }
 #pragma unroll
     for (int rg = 0; rg < 4; ++rg) {                     // row group rg = (m, hr) is warp (r, rg)'s
@@ -335,14 +292,11 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
 
   // PV of pass `pair`: O[this half's 32 rows, my 128 columns] = alpha * O + P V over both sub-tiles
   auto pv = [&](int pair) {
-    const int tn = tid_now();
-    const int ln = RELANE ? tn & 31 : lane, wr = RELANE ? tn >> 7 : r, wd = RELANE ? (tn >> 5) & 3 : d;
-    const int wg = RELANE ? ln >> 2 : g;
-    const int4 f = reinterpret_cast<const int4*>(flag_s)[wr];
+    const int4 f = reinterpret_cast<const int4*>(flag_s)[r];
     if ((f.x | f.y | f.z | f.w) != 0) {                   // uniform across the half
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        const float a0 = alpha_s[wr * 32 + m * 16 + wg], a1 = alpha_s[wr * 32 + m * 16 + wg + 8];
+        const float a0 = alpha_s[r * 32 + m * 16 + g], a1 = alpha_s[r * 32 + m * 16 + g + 8];
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
           acc[m][n][0] *= a0; acc[m][n][1] *= a0;
@@ -350,25 +304,25 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
         }
       }
     }
-    const int tok = ((ln >> 3) & 1) * 8 + (ln & 7);
-    const int sb = ln >> 4;
+    const int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
+    const int sb = lane >> 4;
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub) {
       const __nv_bfloat16* vt = ring + ((2 * pair + sub) % STAGES) * (BN * D);
       uint32_t pa[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {                      // rows g from warp (r, 2m), g + 8 from (r, 2m + 1)
-        const uint2 lo = reinterpret_cast<const uint2*>(xs + (wr * 4 + 2 * m) * INBOX + ln)[sub];
-        const uint2 hi = reinterpret_cast<const uint2*>(xs + (wr * 4 + 2 * m + 1) * INBOX + ln)[sub];
+        const uint2 lo = reinterpret_cast<const uint2*>(xs + (r * 4 + 2 * m) * INBOX + lane)[sub];
+        const uint2 hi = reinterpret_cast<const uint2*>(xs + (r * 4 + 2 * m + 1) * INBOX + lane)[sub];
         pa[m][0] = lo.x; pa[m][1] = hi.x; pa[m][2] = lo.y; pa[m][3] = hi.y;
       }
       uint32_t b[2][4];
-      ldsm_x4_t(smem_u32(vt + swz(tok, 16 * wd + sb) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
+      ldsm_x4_t(smem_u32(vt + swz(tok, 16 * d + sb) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
       for (int n2 = 0; n2 < 8; ++n2) {
         if (n2 + 1 < 8) {
           uint32_t* nb = b[(n2 + 1) & 1];
-          ldsm_x4_t(smem_u32(vt + swz(tok, 16 * wd + 2 * (n2 + 1) + sb) * 8), nb[0], nb[1], nb[2], nb[3]);
+          ldsm_x4_t(smem_u32(vt + swz(tok, 16 * d + 2 * (n2 + 1) + sb) * 8), nb[0], nb[1], nb[2], nb[3]);
         }
         const uint32_t* cb = b[n2 & 1];
 #pragma unroll
