@@ -185,3 +185,14 @@ def test_notes_quote_the_committed_model():
             f"{c['sm120_floor_us']:.1f} us floor, fully overlapped {c['sm120_overlapped_us']:.1f} "
             f"({c['sm120_overlapped_us'] / c['sm120_floor_us']:.2f}x)") in notes
     assert f"rows64d {c['sm120_clk_per_tile']:,.0f} clocks per 64-row tile" in notes
+
+
+def test_a_deleted_tiers_rows_are_left_out_and_the_rest_is_the_committed_model():
+    """micro-h200-20261202T1531.json timed tier 10, deleted since: the model skips its rows and
+    gives every other row as the GPU run wrote it (same micro file, same read ceiling)."""
+    doc = json.loads((DATA / "sm120-model-from-h200-20261202T1531.json").read_text())
+    micro = json.loads((DATA / doc["inputs"]["micro"]).read_text())
+    assert any(r["tier"] == 10 for r in micro["rows"])
+    rows = m.model(micro, doc["inputs"]["read_GBps"])
+    assert {r["tier"] for r in rows} == {r["tier"] for r in doc["rows"]} - {10}
+    assert rows == [r for r in doc["rows"] if r["tier"] != 10]

@@ -117,7 +117,7 @@ def mma_efficiency(micro_rows: list[dict], r8: float) -> dict:
     ceiling) over the clocks QK and PV add (math - no_qk + math - no_pv)."""
     parts: dict = {}
     for r in micro_rows:
-        if r["stage"] == "parts":
+        if r["stage"] == "parts" and r["tier"] in H200_CTAS:   # not a deleted tier's rows
             parts.setdefault((r["tier"], r["T"], r["S"], r["H"], r["rows_per_tile"]), {})[r["part"]] = r["clk_per_tile"]
     out = {}
     for (tier, T, S, H, rows), p in parts.items():
@@ -159,7 +159,8 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
     out = []
     for (S, T, H, kv, tier), st in sorted(by.items()):
         full, mma = st.get("full"), st.get("mma")
-        if full is None or mma is None:
+        # a tier measured once and deleted since (micro-h200-20261202T1531.json has tier 10's rows)
+        if full is None or mma is None or tier not in H200_CTAS:
             continue
         rows = full["rows_per_tile"]
         kv_bytes = S * (FP8_ROW_BYTES if kv == FP8 else ROW_BYTES) + T * ROW_BYTES
