@@ -495,6 +495,33 @@ if section("real-breakdown", "where the flash arm's step goes",
                    else "")))
 
 # %%
+# Other configurations' breakdowns (another algorithm, draft-extend setting or kernel build), one
+# line each: the step of each, side by side, never merged into the canary run's above.
+others = (real or {}).get("_other_breakdowns") or []
+if others and section("real-other-breakdowns", "other configurations' steps", [o["doc"] for o in others]):
+    def other_row(o: dict) -> dict:
+        c = o["breakdown"]["classified"]
+        ph = c["phases"]
+        get = lambda name, k: (ph.get(name) or {}).get(k)   # noqa: E731
+        return {"configuration": findings.config_words(o["doc"]), "layers": o["layers"],
+                "file": Path(o["doc"]["_path"]).name, "step, ms": c["step_ms"],
+                "verify attention, ms": get("verify", "attention_ms_per_step"),
+                "verify, the rest, ms": get("verify", "other_ms_per_step"),
+                "draft, ms": get("draft", "ms_per_step"), "draft's attention, ms": get("draft", "attention_ms_per_step"),
+                "draft extend, ms": get("draft_extend", "ms_per_step"), "outside, ms": get("outside", "ms_per_step"),
+                "GPU idle, ms": c["gpu_idle_ms_per_step"],
+                "verify attention per layer, ms": c["verify_attention_ms_per_layer"]}
+    display(figures.table(
+        pd.DataFrame([other_row(o) for o in others]),
+        {"layers": "{:,.0f}", **{k: "{:,.2f}" for k in ("step, ms", "verify attention, ms", "verify, the rest, ms",
+                                                          "draft, ms", "draft's attention, ms", "draft extend, ms",
+                                                          "outside, ms", "GPU idle, ms")},
+         "verify attention per layer, ms": "{:.3f}"},
+        "The flash arm's profiled step in each other configuration, per layer count (newest file that "
+        "profiled it); not merged with the canary run's breakdowns above",
+        text=("configuration",), nowrap=("file",)))
+
+# %%
 ext = (real or {}).get("extend_over_prefix") or {}
 if section("real-extend", "follow-up turns and the prompt's prefill (EXTEND over a cached prefix)"):
     if not ext:

@@ -217,6 +217,20 @@ def _merged_breakdowns(main: dict, docs: list[dict]) -> dict[int, dict]:
     return {k: v for k, (_, v) in sorted(out.items())}
 
 
+def _other_breakdowns(main: dict, docs: list[dict]) -> list[dict]:
+    """[{"layers", "breakdown", "doc"}]: per configuration other than main's and per layer count,
+    the newest file that profiled it itself (its own layer count and breakdown step, a classified
+    profile), newest first: shown beside main's breakdowns, never merged into them."""
+    out: dict[tuple, dict] = {}
+    for d in sorted(docs, key=lambda d: d["_date"], reverse=True):
+        if real_config(d) == real_config(main) or not (d.get("steps") or {}).get("breakdown"):
+            continue
+        b = (d.get("breakdowns") or {}).get(str(d.get("layers")))
+        if b and b.get("classified"):
+            out.setdefault((real_config(d), d.get("layers")), {"layers": d.get("layers"), "breakdown": b, "doc": d})
+    return list(out.values())
+
+
 def _merged_slopes(main: dict, docs: list[dict], merged: dict[int, dict]) -> tuple[dict | None, list[dict], bool]:
     """The per-layer slope over the merged breakdowns (breakdown.slopes of their classified
     profiles), the files it reads, and False; a recorded slope of main's configuration that covers
@@ -255,6 +269,8 @@ def real_server(data_dir: str | Path, *, allow_fixture: bool = False) -> dict | 
                       (real_config) merged by layer count; never another configuration's
       _slopes, _slopes_docs, _slopes_recorded  the per-layer slope over them (breakdown.slopes),
                       the files it reads, and whether it is a file's recorded one instead
+      _other_breakdowns  per other configuration and layer count, the newest file's own classified
+                      breakdown ({"layers", "breakdown", "doc"}, newest first), never merged
       _canaries       the newest file with a canary step of each configuration (real_config),
                       newest first, the run's own first: so a newer run of another algorithm
                       does not hide an older configuration's canary
@@ -276,13 +292,14 @@ def real_server(data_dir: str | Path, *, allow_fixture: bool = False) -> dict | 
     canaries: dict[tuple, dict] = {}
     for d in sorted(with_canary, key=lambda d: d["_date"], reverse=True):
         canaries.setdefault(real_config(d), d)
+    others = _other_breakdowns(main, pool)
     files = _unique([main, planted, promote, *(m["doc"] for m in merged.values()), *fit_docs,
-                     *canaries.values()])
+                     *canaries.values(), *(o["doc"] for o in others)])
     for d in files:
         _showable(d, allow_fixture)
     main.update(_planted_doc=planted, _promote_doc=promote, _breakdowns=merged, _slopes=fit,
                 _slopes_docs=fit_docs, _slopes_recorded=recorded, _canaries=list(canaries.values()),
-                _files=files)
+                _other_breakdowns=others, _files=files)
     return main
 
 

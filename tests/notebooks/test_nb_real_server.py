@@ -314,8 +314,11 @@ def test_each_part_comes_from_the_file_that_holds_it(tmp_path, fixture_dir):
     want = slopes({n: docs[i]["breakdowns"][str(n)]["classified"] for n, i in ((4, 1), (16, 2), (61, 3))})
     assert real["_slopes"] == json.loads(json.dumps(want)) or real["_slopes"] == want
     assert real["_slopes"]["layers"] == [4, 16, 61] and not real["_slopes_recorded"]
-    assert [name(f) for f in real["_files"]] == [f"real-server-{i}.json" for i in (1, 0, 2, 3)]
+    assert [name(f) for f in real["_files"]] == [f"real-server-{i}.json" for i in (1, 0, 2, 3, 5, 4)]
     assert [name(f) for f in real["_canaries"]] == ["real-server-1.json", "real-server-0.json"]
+    # the other configurations' own breakdowns, newest first, beside (never in) the merged ones
+    assert [(name(o["doc"]), o["layers"]) for o in real["_other_breakdowns"]] == [
+        ("real-server-5.json", 8), ("real-server-4.json", 16), ("real-server-0.json", 4)]
     line = findings.live_canary(real, "unused")
     assert line["status"] == "pass", line
     assert line["text"].startswith(f"PASS on a {REAL_LABEL}{ON} (2026-12-02, real-server-1.json): canary passed")
@@ -360,13 +363,20 @@ def test_a_page_of_two_configurations_names_each_file(tmp_path, fixture_dir, cli
         c = docs[i]["breakdowns"][str(n)]["classified"]
         assert f"{n} target layers, flash arm: a {c['step_ms']:,.1f} ms step" in page
         assert f"ms per layer); from real-server-{i}.json" in page
-    assert "8 target layers" not in page                 # another kernel's breakdown
-    assert f"{docs[4]['breakdowns']['16']['classified']['step_ms']:,.1f} ms step" not in page
+    merged_part = page[page.index("Real server: where the flash arm's step goes"):
+                       page.index("Real server: other configurations' steps")]
+    assert "8 target layers" not in merged_part          # another kernel's breakdown
+    assert f"{docs[4]['breakdowns']['16']['classified']['step_ms']:,.1f} ms step" not in merged_part
     assert "Per-layer slope: least-squares line over the breakdowns at 4, 16, 61 layers (computed here" in page
     assert "ANOTHER: EAGLE's draft extend off, left to SGLang" in page     # the files table
     for i in (0, 1, 2, 3):
         assert f"real-server-{i}.json" in page
-    assert "real-server-4.json" not in page and "real-server-5.json" not in page
+    # the off-run's 16 and the other kernel's 8: in the other configurations' table, not the merged part
+    others = page[page.index("Real server: other configurations' steps"):]
+    assert "real-server-4.json" not in merged_part and "real-server-5.json" not in merged_part
+    for i, n in ((5, 8), (4, 16)):
+        assert f"real-server-{i}.json" in others
+        assert f"{docs[i]['breakdowns'][str(n)]['classified']['step_ms']:,.2f}" in others
     rec = index.read_record(tmp_path / "reports" / "03_canary_ab.html")
     assert {s["file"] for s in rec["sources"]} >= {f"real-server-{i}.json" for i in (0, 1, 2, 3)}
     assert rec["real_server"]["parts"] == {"planted": "real-server-0.json", "promote": "real-server-0.json",
