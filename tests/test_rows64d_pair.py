@@ -20,29 +20,22 @@ def lib_dir():
     return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
 
 
-# the opt-in 64-row rung of issue 25: tier 9
-OPT_IN = [(9, "rows64d_pair")]
-
-
-@pytest.mark.parametrize("tier", [t for t, _ in OPT_IN])
-def test_never_picked_by_default(tier):
-    assert TIERS[tier] == 64 and tier not in FP8_TIERS
-    assert all(pick_tier(H, T, 1, kv_fp8=f) != tier for H in (1, 8, 64) for T in (1, 4, 8, 16, 65)
+def test_never_picked_by_default():
+    assert TIERS[9] == 64 and 9 not in FP8_TIERS
+    assert all(pick_tier(H, T, 1, kv_fp8=f) != 9 for H in (1, 8, 64) for T in (1, 4, 8, 16, 65)
                for f in (False, True))
 
 
-@pytest.mark.parametrize("tier,name", OPT_IN)
-def test_refuses_an_fp8_pool_by_name(tier, name):
+def test_refuses_an_fp8_pool_by_name():
     c = make_case([10, 3], [4, 2], 2, seed=0, kv_dtype="fp8_e4m3", k_scale=0.5, v_scale=0.25)
-    with pytest.raises(VerifyInputError, match=rf"^tier: {tier} \({name}\) reads a bf16 pool only"):
-        verify_attention(*c.args(), **c.kwargs(), tier=tier)
+    with pytest.raises(VerifyInputError, match=r"^tier: 9 \(rows64d_pair\) reads a bf16 pool only"):
+        verify_attention(*c.args(), **c.kwargs(), tier=9)
 
 
-@pytest.mark.parametrize("tier", [t for t, _ in OPT_IN])
-def test_a_bf16_call_passes_every_check_before_the_device(tier):
+def test_a_bf16_call_at_tier_9_passes_every_check_before_the_device():
     c = make_case([10, 3], [4, 2], 2, seed=0)
     with pytest.raises(VerifyInputError, match=r"^q: is on cpu; the kernel runs on CUDA"):
-        verify_attention(*c.args(), tier=tier)
+        verify_attention(*c.args(), tier=9)
 
 
 def test_the_validation_and_the_parts_stage_cover_it():

@@ -117,7 +117,7 @@ def mma_efficiency(micro_rows: list[dict], r8: float) -> dict:
     ceiling) over the clocks QK and PV add (math - no_qk + math - no_pv)."""
     parts: dict = {}
     for r in micro_rows:
-        if r["stage"] == "parts" and r["tier"] in H200_CTAS:   # not a deleted tier's rows
+        if r["stage"] == "parts":
             parts.setdefault((r["tier"], r["T"], r["S"], r["H"], r["rows_per_tile"]), {})[r["part"]] = r["clk_per_tile"]
     out = {}
     for (tier, T, S, H, rows), p in parts.items():
@@ -143,7 +143,9 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
     """Rows {S, T, H, kv_dtype, tier, clock, ...} (module docstring) for every shape, pool and tier
     the microbench file measured in full and math alone. micro: a microbench doc (rows, ceilings
     with mma_TFLOPs_8_warps_per_sm, sms, clock_assumed_mhz); read_gbps: the H200 read ceiling."""
-    rows_in = micro["rows"]
+    # a tier measured once and deleted since has no constants here (micro-h200-20261202T1531.json
+    # holds tier 10's rows): its rows are left out
+    rows_in = [r for r in micro["rows"] if r["tier"] in H200_CTAS]
     sms_h200, mhz = micro["sms"], micro["clock_assumed_mhz"]
     ceil = micro.get("ceilings", {})
     tfl8 = ceil.get("mma_TFLOPs_8_warps_per_sm") or ceil.get("mma_TFLOPs")
@@ -159,8 +161,7 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
     out = []
     for (S, T, H, kv, tier), st in sorted(by.items()):
         full, mma = st.get("full"), st.get("mma")
-        # a tier measured once and deleted since (micro-h200-20261202T1531.json has tier 10's rows)
-        if full is None or mma is None or tier not in H200_CTAS:
+        if full is None or mma is None:
             continue
         rows = full["rows_per_tile"]
         kv_bytes = S * (FP8_ROW_BYTES if kv == FP8 else ROW_BYTES) + T * ROW_BYTES
