@@ -66,6 +66,19 @@ static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory p
 static_assert(OFF_LSE + BM * 4 <= RING_BYTES, "the epilogue's arrays fit in the ring past the O staging");
 static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 
+// Issue 25's overlap rung, diagnostic builds only (kernel/bench/overlap.py builds them with -D;
+// production defines neither, and the code below compiles to what it was without them):
+// MLAV_PAIR_ISSUE 1 / 2: pair p + 1's second tile is issued after QK(a) / after the softmax
+// instead of at the barrier with the first (the copies of one pass no longer queue as one burst
+// ahead of QK's ldmatrix); MLAV_PAIR_L2PF 1 / 2: pass p also prefetches pair p + 2's rows into L2,
+// by one cp.async.bulk.prefetch of a whole 1,152-byte row (sm_90+) / by 9 line prefetches a row.
+#ifndef MLAV_PAIR_ISSUE
+#define MLAV_PAIR_ISSUE 0
+#endif
+#ifndef MLAV_PAIR_L2PF
+#define MLAV_PAIR_L2PF 0
+#endif
+
 // DIAG = 1: the diagnostic copy that reads mode bits 16/32/64 (leave out the softmax, QK or PV:
 // `--stages parts`); DIAG = 0 never tests them.
 template <int DIAG>
@@ -341,22 +354,45 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     // pair `pass` visible; every warp is past its PV of the pair before, whose stages take the
     // next pair, and past its reads of that pass's P, whose bytes the QK below overwrites
     __syncthreads();
-    if (loads && 2 * pass + 2 < n_tiles_of()) {
+    const bool next = loads && 2 * pass + 2 < n_tiles_of();
+    if (next) {
       const int t = 2 * pass + 2;
       const auto w = ids();
       load_tile(t, w.window_slot(t));                     // (past n_tiles: zeros, its slot unused)
+#if MLAV_PAIR_ISSUE == 0
       load_tile(t + 1, w.window_slot(t + 1));
+#endif
       w.copy_index(t + IDX_AHEAD);
       w.copy_index(t + 1 + IDX_AHEAD);
     }
+#if MLAV_PAIR_L2PF
+    if (loads) {   // pair pass + 2's rows, whose slot ids landed with the wait above
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int t = 2 * pass + 4 + k, pos = it.p0 + t * BN + ld_tok;
+        if (t < n_tiles_of() && pos < it.p1 && pos < it.S) {
+          const char* row = reinterpret_cast<const char*>(p.kv + ids().window_slot(t) * p.kv_stride);
+#if MLAV_PAIR_L2PF == 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          if (ld_lane == 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(row), "r"(D * 2) : "memory");
+#else
+          if (ld_lane < D * 2 / 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + 128 * ld_lane));
+#endif
+        }
+      }
+    }
+#endif
     cp_async_commit();
     float own[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    if (do_qk) {
-      qk(2 * pass, 0, own[0]);
-      qk(2 * pass + 1, 1, own[1]);
-    }
+    if (do_qk) qk(2 * pass, 0, own[0]);
+#if MLAV_PAIR_ISSUE == 1
+    if (next) { load_tile(2 * pass + 3, ids().window_slot(2 * pass + 3)); cp_async_commit(); }
+#endif
+    if (do_qk) qk(2 * pass + 1, 1, own[1]);
     half_bar();
     if (do_sm) softmax(pass, own);
+#if MLAV_PAIR_ISSUE == 2
+    if (next) { load_tile(2 * pass + 3, ids().window_slot(2 * pass + 3)); cp_async_commit(); }
+#endif
     half_bar();
     if (do_pv) pv(pass);
   }

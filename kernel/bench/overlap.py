@@ -1,0 +1,136 @@
+"""Why the KV loads do not hide under the math (issue 25's overlap rung).
+
+At the centre rows64d_pair (tier 9) takes 144.5 us without its merge, against 111.7 us for its
+math alone and ~64 us for its loads alone: about 730 clocks per 16-token tile that overlap
+nothing, the same at T = 32 (micro-h200-20261202T1531.json). This times the one kernel in each
+combination of:
+  - placement: the KV rows where the case put them (213 MB scattered over the pool: DRAM), or the
+    same slot ids modulo a window a third of L2's size (every row an L2 hit after the first pass);
+  - mode: full (the verify kernel alone, mode 4), no loads (mode 2 | 4: the math on resident
+    tiles), no math (mode 1 | 4: the loads alone);
+  - build: the production library, and diagnostic builds of tier 9 (VARIANTS: -D macros of
+    csrc/tier_rows64d_pair.cuh) that move where a pass issues its copies or prefetch into L2.
+If the L2 rows close the gap, the loads' latency is what the ring does not cover; if not, the
+cost is inside the SM (the copies' issue and shared-memory writes against QK's ldmatrix).
+
+    python -m kernel.bench.overlap --out DIR          # JSON overlap-<gpu>-<stamp>.json, a table last
+    python -m kernel.bench.overlap --once             # two centre calls of tier 9 (full, no loads), for ncu
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from .. import build
+from ..ops import TIERS, get_workspace, launch
+from .env import env_info, git_commit
+from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, shape_case, sm_clock_mhz
+from .sm120_estimate import tiles_per_cta
+from .timing import log, time_calls
+
+MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_math": MODE_NO_MATH | MODE_NO_MERGE}
+# build name -> -D macros (tier 9 only; the production library has none)
+VARIANTS = {"b_after_qk": ("MLAV_PAIR_ISSUE=1",), "b_after_softmax": ("MLAV_PAIR_ISSUE=2",),
+            "l2_prefetch_bulk": ("MLAV_PAIR_L2PF=1",), "l2_prefetch_lines": ("MLAV_PAIR_L2PF=2",)}
+# (T, tiers of the production library); the variants run tier 9 at the centre
+SHAPES = ((8, (8, 9)), (32, (9,)))
+S, H = 185000, 8
+
+
+def l2_window_rows() -> int:
+    """Pool rows whose 1,152-byte rows take a third of this GPU's L2."""
+    return torch.cuda.get_device_properties(0).L2_cache_size // 3 // 1152
+
+
+def _args(case, placement: str) -> tuple:
+    args = list(case.args())
+    if placement == "l2":
+        args[3] = args[3] % l2_window_rows()
+    return tuple(args)
+
+
+def run() -> dict:
+    arch = "".join(map(str, torch.cuda.get_device_capability()))
+    ws = get_workspace("cuda")
+    mhz = sm_clock_mhz()["sm_max"] or 1980.0
+    libs = {"production": build.load()}
+    for name, defs in VARIANTS.items():
+        log(f"overlap: building {name} ({' '.join(defs)}) for sm_{arch}")
+        libs[name] = build.load((arch,), defines=defs)
+    rows = []
+    for T, tiers in SHAPES:
+        case, o, lse = shape_case(S, T, H)
+        builds = [(b, t) for t in tiers for b in libs if b == "production" or (t == 9 and T == 8)]
+        for b, tier in builds:
+            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
+            for placement in ("dram", "l2"):
+                args = _args(case, placement)
+                for mode_name, mode in MODES.items():
+                    fn = lambda: launch(*args, o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
+                                        lib=libs[b], **case.kwargs())
+                    us = time_calls([fn]) * 1e3
+                    rows.append({"S": S, "T": T, "H": H, "tier": tier, "build": b, "defines": list(VARIANTS.get(b, ())),
+                                 "placement": placement, "mode": mode_name, "time_us": us, "tiles_per_cta": tiles,
+                                 "clk_per_tile": us * mhz / tiles})
+                    log(f"overlap T={T} tier {tier} {b:18s} {placement:4s} {mode_name:8s} {us:8.1f} us "
+                        f"{us * mhz / tiles:7.0f} clk/tile")
+        del case, o, lse
+        torch.cuda.empty_cache()
+    return {"kind": "overlap", "clock_assumed_mhz": mhz, "l2_window_rows": l2_window_rows(), "rows": rows}
+
+
+def table(doc: dict) -> list[str]:
+    """One line per (T, tier, build, placement): full, no loads, no math (us) and what does not
+    overlap: full - max(no loads, no math), in clocks per tile."""
+    by = {}
+    for r in doc["rows"]:
+        by.setdefault((r["T"], r["tier"], r["build"], r["placement"]), {})[r["mode"]] = r
+    out = [f"{'T':>3} {'tier':>4} {'build':18s} {'KV':4s} {'full':>8} {'no loads':>9} {'no math':>8} {'exposed clk/tile':>17}"]
+    for (T, tier, b, pl), m in by.items():
+        full, nl, nm = (m[k]["time_us"] for k in ("full", "no_loads", "no_math"))
+        exposed = (full - max(nl, nm)) * doc["clock_assumed_mhz"] / m["full"]["tiles_per_cta"]
+        out.append(f"{T:>3} {tier:>4} {b:18s} {pl:4s} {full:8.1f} {nl:9.1f} {nm:8.1f} {exposed:17.0f}")
+    return out
+
+
+def once() -> None:
+    ws = get_workspace("cuda")
+    case, o, lse = shape_case(S, 8, H)
+    for mode in (MODES["full"], MODES["no_loads"]):
+        launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=9, **case.kwargs())
+    torch.cuda.synchronize()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="folder for overlap-<gpu>-<stamp>.json")
+    ap.add_argument("--once", action="store_true", help="two tier 9 calls at the centre, for a profiler")
+    ap.add_argument("--commit", default=None, help="the commit measured (default: this checkout's)")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: no CUDA device: kernel.bench.overlap measures on a GPU", file=sys.stderr)
+        return 2
+    if a.once:
+        once()
+        return 0
+    if not a.out:
+        print("error: --out: a folder is needed (or --once)", file=sys.stderr)
+        return 2
+    info = env_info(a.commit or git_commit())
+    doc = dict(info, **run())
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = info["date"].replace(":", "").replace("-", "")[:13]
+    path = out / f"overlap-{info['gpu'].split()[-1].lower()}-{stamp}.json"
+    path.write_text(json.dumps(doc, indent=1))
+    log(f"wrote {path}")
+    print("\n".join(table(doc)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
