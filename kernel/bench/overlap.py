@@ -33,11 +33,12 @@ from .sm120_estimate import tiles_per_cta
 from .timing import log, time_calls
 
 MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_math": MODE_NO_MATH | MODE_NO_MERGE}
-# build name -> -D macros (tier 9 only; the production library has none)
-VARIANTS = {"b_after_qk": ("MLAV_PAIR_ISSUE=1",), "b_after_softmax": ("MLAV_PAIR_ISSUE=2",),
-            "l2_prefetch_bulk": ("MLAV_PAIR_L2PF=1",), "l2_prefetch_lines": ("MLAV_PAIR_L2PF=2",)}
-# (T, tiers of the production library); the variants run tier 9 at the centre
-SHAPES = ((8, (8, 9)), (32, (9,)))
+# build name -> -D macros (tier 9 only; the production library has none). Measured and refuted
+# (overlap-h200-20261202T1705.json, kernel/NOTES.md): the second tile's copies issued after QK(a)
+# or after the softmax (MLAV_PAIR_ISSUE=1/2), pair p + 2 prefetched into L2 (MLAV_PAIR_L2PF=1/2)
+VARIANTS = {"lean_loads": ("MLAV_PAIR_LOAD=1",)}
+# (T, tiers of the production library); the variants run tier 9 at each T
+SHAPES = ((8, (8, 9)), (16, (9,)), (32, (9,)))
 S, H = 185000, 8
 
 
@@ -64,7 +65,7 @@ def run() -> dict:
     rows = []
     for T, tiers in SHAPES:
         case, o, lse = shape_case(S, T, H)
-        builds = [(b, t) for t in tiers for b in libs if b == "production" or (t == 9 and T == 8)]
+        builds = [(b, t) for t in tiers for b in libs if b == "production" or t == 9]
         for b, tier in builds:
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
             for placement in ("dram", "l2"):

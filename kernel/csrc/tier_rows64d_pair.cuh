@@ -78,6 +78,18 @@ static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives 
 #ifndef MLAV_PAIR_L2PF
 #define MLAV_PAIR_L2PF 0
 #endif
+// MLAV_PAIR_LOAD 1: the lean copy issue (overlap-h200-20261202T1705: the ~230 instructions a warp
+// spends issuing a pair's copies are the whole of what the loads add to the pass)
+#ifndef MLAV_PAIR_LOAD
+#define MLAV_PAIR_LOAD 0
+#endif
+
+// 16 bytes global -> shared at a compile-time offset from both bases (src_bytes 0: zero-fill)
+template <int OFF>
+__device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, int src_bytes, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0+%4], [%1+%4], 16, %2, %3;\n"
+               ::"r"(dst), "l"(src), "r"(src_bytes), "l"(pol), "n"(OFF));
+}
 
 // DIAG = 1: the diagnostic copy that reads mode bits 16/32/64 (leave out the softmax, QK or PV:
 // `--stages parts`); DIAG = 0 never tests them.
@@ -112,6 +124,54 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   // shared memory: no register holds a tile count through the loop)
   auto n_tiles_of = [&]() { return (it.p1 - it.p0 + BN - 1) / BN; };
   auto ids = [&]() { return SlotWindow<BN, IDX_WIN>{p, it, idx_win, ld_tok, ld_lane, 1 << 30, it.p1, it.S}; };
+#if MLAV_PAIR_LOAD == 1
+  // tiles t and t + 1 in one pass over the item's fields: per tile a thread reads its token's slot
+  // id from the window, forms one base address (32 x 32 -> 64-bit products: slot ids and strides
+  // are below 2^31) and issues its 4-5 copies at immediate offsets; past the range the base is the
+  // pool's first row and nothing is read (src_bytes 0 zero-fills); the policy is a select
+  auto load_pair = [&](int t) {
+    const int pos0 = it.p0 + t * BN + ld_tok, p1 = it.p1, S = it.S, qo0 = it.qo0;
+    const bool idx = p.kv_indices != nullptr, idx8 = p.kv_indices_64 != 0;
+    const unsigned kv0 = (unsigned)it.kv0;
+    uint64_t pf, pn;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pf));
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(pn));
+    const uint64_t pol = evict_first ? pf : pn;
+    static_assert(TPT == 16 && CHUNKS == 4 * TPT + 8, "4 chunks a loader thread, a 5th for half of them");
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int tile = t + k, pos = pos0 + k * BN;
+      const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
+      const unsigned slot = idx ? e.x : kv0 + (unsigned)pos;   // (an 8-byte id's low word: ids < 2^31)
+      (void)idx8;
+      const bool pre = pos < S, in = pos < p1;
+      const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
+      const unsigned row = pre ? slot : (unsigned)(qo0 + pos - S);
+      const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
+      const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + ld_lane * 16;
+      const int bytes = in ? 16 : 0;
+      const uint32_t dd = smem_u32(ring + (tile % STAGES) * (BN * D) + swz(ld_tok, ld_lane) * 8);
+      cp_async16_at<0>(dd, src, bytes, pol);
+      cp_async16_at<256>(dd, src, bytes, pol);
+      cp_async16_at<512>(dd, src, bytes, pol);
+      cp_async16_at<768>(dd, src, bytes, pol);
+      if (ld_lane < CHUNKS - 4 * TPT) cp_async16_at<1024>(dd, src, bytes, pol);
+    }
+  };
+  // the slot ids of tiles t and t + 1 into the window: warp 0, one lane a token (the other warps
+  // skip it whole, not lane by lane); an 8-byte id is copied whole, its low word read
+  auto copy_ids = [&](int t) {
+    if (warp != 0 || !p.kv_indices) return;
+    const int tile = t + (lane >> 4), tok = lane & 15, pos = it.p0 + tile * BN + tok;
+    if (pos >= it.p1 || pos >= it.S) return;
+    const int isz = p.kv_indices_64 ? 8 : 4;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (long long)(it.kv0 + pos) * isz;
+    const uint32_t dst = smem_u32(idx_win + ((tile % IDX_WIN) * BN + tok) * 8);
+    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+  };
+#endif
+  // (the prologue's first pair, and every pair unless MLAV_PAIR_LOAD)
   auto load_tile = [&](int tile, long long slot) {
     const int pos = it.p0 + tile * BN + ld_tok;
     const __nv_bfloat16* src = nullptr;
@@ -357,6 +417,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     const bool next = loads && 2 * pass + 2 < n_tiles_of();
     if (next) {
       const int t = 2 * pass + 2;
+#if MLAV_PAIR_LOAD == 1
+      load_pair(t);
+      copy_ids(t + IDX_AHEAD);
+#else
       const auto w = ids();
       load_tile(t, w.window_slot(t));                     // (past n_tiles: zeros, its slot unused)
 #if MLAV_PAIR_ISSUE == 0
@@ -364,6 +428,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
 #endif
       w.copy_index(t + IDX_AHEAD);
       w.copy_index(t + 1 + IDX_AHEAD);
+#endif
     }
 #if MLAV_PAIR_L2PF
     if (loads) {   // pair pass + 2's rows, whose slot ids landed with the wait above
