@@ -1,8 +1,8 @@
 """Why the KV loads do not hide under the math (issue 25's overlap rung).
 
-At the centre rows64d_pair (tier 9) takes 144.5 us without its merge, against 111.7 us for its
-math alone and ~64 us for its loads alone: about 730 clocks per 16-token tile that overlap
-nothing, the same at T = 32 (micro-h200-20261202T1531.json). This times the one kernel in each
+Before the lean loader, at the centre rows64d_pair (tier 9) took 144.5 us without its merge,
+against 111.7 us for its math alone and ~64 us for its loads alone: about 730 clocks per 16-token
+tile that overlapped nothing, the same at T = 32 (micro-h200-20261202T1531.json). This times the one kernel in each
 combination of:
   - placement: the KV rows where the case put them (213 MB scattered over the pool: DRAM), or the
     same slot ids modulo a window a third of L2's size (every row an L2 hit after the first pass);
@@ -33,12 +33,13 @@ from .sm120_estimate import tiles_per_cta
 from .timing import log, time_calls
 
 MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_math": MODE_NO_MATH | MODE_NO_MERGE}
-# build name -> -D macros (tier 9 only; the production library has none). Measured and refuted
-# (overlap-h200-20261202T1705.json, kernel/NOTES.md): the second tile's copies issued after QK(a)
-# or after the softmax (MLAV_PAIR_ISSUE=1/2), pair p + 2 prefetched into L2 (MLAV_PAIR_L2PF=1/2)
-VARIANTS = {"lean_loads": ("MLAV_PAIR_LOAD=1",)}
-# (T, tiers of the production library); the variants run tier 9 at each T
-SHAPES = ((8, (8, 9)), (16, (9,)), (32, (9,)))
+# build name -> -D macros of a diagnostic build (tier 9). Measured and refuted
+# (reports/data/rungs/overlap-h200-20261202T1705.json, kernel/NOTES.md): the second tile's copies
+# issued after QK(a) or after the softmax, pair p + 2 prefetched into L2; measured and kept
+# (rungs/overlap-h200-20261202T1713.json): the lean loader, now every bf16 tier's production code
+VARIANTS: dict[str, tuple[str, ...]] = {}
+# (T, tiers of the production library); any variants run tier 9 at each T
+SHAPES = ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9)))
 S, H = 185000, 8
 
 

@@ -19,7 +19,9 @@
 //     are one base and immediate offsets, QK reads K by ldmatrix.x2 per n-tile, each requested as
 //     soon as the current one's two MMAs have issued (4 registers of B, not rows64d's 8 of an x4
 //     one k-step ahead; the same bytes in twice the instructions, each used 2 MMAs later), and
-//     QK's lane is re-read (asm) so its 18 ldmatrix addresses are computed in the pass, not held.
+//     QK's lane and PV's thread index are re-read (asm) so their ldmatrix, P, alpha and flag
+//     addresses are computed in the pass, not held (held, sm_120 spilled 20 B once the loader
+//     below was made lean).
 //     Variants measured against this one in registers (sm_120 / sm_90 spills, bytes): x4 one
 //     k-step ahead 28-44 / 0-12; the rope k-step's Q fragment read again from L1 instead of held
 //     0 / 0 but 16 uncoalesced loads a thread per pass (~512 L1 wavefronts per 16 tokens), not kept;
@@ -27,7 +29,11 @@
 //     use by each half and four ring stages, an offset would leave no stage to stream into).
 // KV: the 4-stage ring as 2 pairs: pair p + 1 is issued at pass p's CTA barrier into the stages
 // pair p - 1 used and lands before pass p + 1 (36 KB in flight at the barrier, as rows64d's 2
-// tiles ahead). The log2-LSE and 1 / l of the epilogue live in the ring's tail, past the O staging.
+// tiles ahead). Issuing a pair's copies is ~20 instructions a tile per warp (the lean loader:
+// slot id, one 32 x 32-bit address product, copies at immediate offsets; slot ids by warp 0
+// alone): issued right after the barrier by all 8 warps at once, they overlap nothing, and the
+// first loader's ~115 cost ~730 clocks a tile (overlap rung, kernel/NOTES.md). The log2-LSE and
+// 1 / l of the epilogue live in the ring's tail, past the O staging.
 // Partials and merge: rows64d's (combine<64>). bf16 pool only.
 #pragma once
 #include "slot_window.cuh"
@@ -66,31 +72,6 @@ static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory p
 static_assert(OFF_LSE + BM * 4 <= RING_BYTES, "the epilogue's arrays fit in the ring past the O staging");
 static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 
-// Issue 25's overlap rung, diagnostic builds only (kernel/bench/overlap.py builds them with -D;
-// production defines neither, and the code below compiles to what it was without them):
-// MLAV_PAIR_ISSUE 1 / 2: pair p + 1's second tile is issued after QK(a) / after the softmax
-// instead of at the barrier with the first (the copies of one pass no longer queue as one burst
-// ahead of QK's ldmatrix); MLAV_PAIR_L2PF 1 / 2: pass p also prefetches pair p + 2's rows into L2,
-// by one cp.async.bulk.prefetch of a whole 1,152-byte row (sm_90+) / by 9 line prefetches a row.
-#ifndef MLAV_PAIR_ISSUE
-#define MLAV_PAIR_ISSUE 0
-#endif
-#ifndef MLAV_PAIR_L2PF
-#define MLAV_PAIR_L2PF 0
-#endif
-// MLAV_PAIR_LOAD 1: the lean copy issue (overlap-h200-20261202T1705: the ~230 instructions a warp
-// spends issuing a pair's copies are the whole of what the loads add to the pass)
-#ifndef MLAV_PAIR_LOAD
-#define MLAV_PAIR_LOAD 0
-#endif
-
-// 16 bytes global -> shared at a compile-time offset from both bases (src_bytes 0: zero-fill)
-template <int OFF>
-__device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, int src_bytes, uint64_t pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0+%4], [%1+%4], 16, %2, %3;\n"
-               ::"r"(dst), "l"(src), "r"(src_bytes), "l"(pol), "n"(OFF));
-}
-
 // DIAG = 1: the diagnostic copy that reads mode bits 16/32/64 (leave out the softmax, QK or PV:
 // `--stages parts`); DIAG = 0 never tests them.
 template <int DIAG>
@@ -124,7 +105,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   // shared memory: no register holds a tile count through the loop)
   auto n_tiles_of = [&]() { return (it.p1 - it.p0 + BN - 1) / BN; };
   auto ids = [&]() { return SlotWindow<BN, IDX_WIN>{p, it, idx_win, ld_tok, ld_lane, 1 << 30, it.p1, it.S}; };
-#if MLAV_PAIR_LOAD == 1
   // tiles t and t + 1 in one pass over the item's fields: per tile a thread reads its token's slot
   // id from the window, forms one base address (32 x 32 -> 64-bit products: slot ids and strides
   // are below 2^31) and issues its 4-5 copies at immediate offsets; past the range the base is the
@@ -133,11 +113,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     const int pos0 = it.p0 + t * BN + ld_tok, p1 = it.p1, S = it.S, qo0 = it.qo0;
     const bool idx = p.kv_indices != nullptr, idx8 = p.kv_indices_64 != 0;
     const unsigned kv0 = (unsigned)it.kv0;
-    uint64_t pf, pn;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pf));
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(pn));
-    const uint64_t pol = evict_first ? pf : pn;
-    static_assert(TPT == 16 && CHUNKS == 4 * TPT + 8, "4 chunks a loader thread, a 5th for half of them");
+    const uint64_t pol = policy_kv(evict_first);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int tile = t + k, pos = pos0 + k * BN;
@@ -151,11 +127,8 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
       const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + ld_lane * 16;
       const int bytes = in ? 16 : 0;
       const uint32_t dd = smem_u32(ring + (tile % STAGES) * (BN * D) + swz(ld_tok, ld_lane) * 8);
-      cp_async16_at<0>(dd, src, bytes, pol);
-      cp_async16_at<256>(dd, src, bytes, pol);
-      cp_async16_at<512>(dd, src, bytes, pol);
-      cp_async16_at<768>(dd, src, bytes, pol);
-      if (ld_lane < CHUNKS - 4 * TPT) cp_async16_at<1024>(dd, src, bytes, pol);
+      cp_async16_run<CHUNKS / TPT, TPT * 16>(dd, src, bytes, pol);
+      if (ld_lane < CHUNKS % TPT) cp_async16_at<CHUNKS / TPT * TPT * 16>(dd, src, bytes, pol);
     }
   };
   // the slot ids of tiles t and t + 1 into the window: warp 0, one lane a token (the other warps
@@ -170,8 +143,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
     else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
   };
-#endif
-  // (the prologue's first pair, and every pair unless MLAV_PAIR_LOAD)
+  // the prologue's first pair: slot ids read directly (the window is not filled yet)
   auto load_tile = [&](int tile, long long slot) {
     const int pos = it.p0 + tile * BN + ld_tok;
     const __nv_bfloat16* src = nullptr;
@@ -365,11 +337,16 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
 
   // PV of pass `pair`: O[this half's 32 rows, my 128 columns] = alpha * O + P V over both sub-tiles
   auto pv = [&](int pair) {
-    const int4 f = reinterpret_cast<const int4*>(flag_s)[r];
+    // the thread index re-read (asm volatile), so the V, P, alpha and flag addresses are formed in
+    // the pass, not held through it (held, ptxas spilled them on sm_120 beside the lean loader)
+    int tn;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tn));
+    const int ln = tn & 31, wr = tn >> 7, wd = (tn >> 5) & 3, wg = ln >> 2;
+    const int4 f = reinterpret_cast<const int4*>(flag_s)[wr];
     if ((f.x | f.y | f.z | f.w) != 0) {                   // uniform across the half
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        const float a0 = alpha_s[r * 32 + m * 16 + g], a1 = alpha_s[r * 32 + m * 16 + g + 8];
+        const float a0 = alpha_s[wr * 32 + m * 16 + wg], a1 = alpha_s[wr * 32 + m * 16 + wg + 8];
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
           acc[m][n][0] *= a0; acc[m][n][1] *= a0;
@@ -377,25 +354,25 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
         }
       }
     }
-    const int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
-    const int sb = lane >> 4;
+    const int tok = ((ln >> 3) & 1) * 8 + (ln & 7);
+    const int sb = ln >> 4;
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub) {
       const __nv_bfloat16* vt = ring + ((2 * pair + sub) % STAGES) * (BN * D);
       uint32_t pa[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {                      // rows g from warp (r, 2m), g + 8 from (r, 2m + 1)
-        const uint2 lo = reinterpret_cast<const uint2*>(xs + (r * 4 + 2 * m) * INBOX + lane)[sub];
-        const uint2 hi = reinterpret_cast<const uint2*>(xs + (r * 4 + 2 * m + 1) * INBOX + lane)[sub];
+        const uint2 lo = reinterpret_cast<const uint2*>(xs + (wr * 4 + 2 * m) * INBOX + ln)[sub];
+        const uint2 hi = reinterpret_cast<const uint2*>(xs + (wr * 4 + 2 * m + 1) * INBOX + ln)[sub];
         pa[m][0] = lo.x; pa[m][1] = hi.x; pa[m][2] = lo.y; pa[m][3] = hi.y;
       }
       uint32_t b[2][4];
-      ldsm_x4_t(smem_u32(vt + swz(tok, 16 * d + sb) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
+      ldsm_x4_t(smem_u32(vt + swz(tok, 16 * wd + sb) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
       for (int n2 = 0; n2 < 8; ++n2) {
         if (n2 + 1 < 8) {
           uint32_t* nb = b[(n2 + 1) & 1];
-          ldsm_x4_t(smem_u32(vt + swz(tok, 16 * d + 2 * (n2 + 1) + sb) * 8), nb[0], nb[1], nb[2], nb[3]);
+          ldsm_x4_t(smem_u32(vt + swz(tok, 16 * wd + 2 * (n2 + 1) + sb) * 8), nb[0], nb[1], nb[2], nb[3]);
         }
         const uint32_t* cb = b[n2 & 1];
 #pragma unroll
@@ -414,50 +391,18 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     // pair `pass` visible; every warp is past its PV of the pair before, whose stages take the
     // next pair, and past its reads of that pass's P, whose bytes the QK below overwrites
     __syncthreads();
-    const bool next = loads && 2 * pass + 2 < n_tiles_of();
-    if (next) {
-      const int t = 2 * pass + 2;
-#if MLAV_PAIR_LOAD == 1
-      load_pair(t);
-      copy_ids(t + IDX_AHEAD);
-#else
-      const auto w = ids();
-      load_tile(t, w.window_slot(t));                     // (past n_tiles: zeros, its slot unused)
-#if MLAV_PAIR_ISSUE == 0
-      load_tile(t + 1, w.window_slot(t + 1));
-#endif
-      w.copy_index(t + IDX_AHEAD);
-      w.copy_index(t + 1 + IDX_AHEAD);
-#endif
+    if (loads && 2 * pass + 2 < n_tiles_of()) {
+      load_pair(2 * pass + 2);
+      copy_ids(2 * pass + 2 + IDX_AHEAD);
     }
-#if MLAV_PAIR_L2PF
-    if (loads) {   // pair pass + 2's rows, whose slot ids landed with the wait above
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int t = 2 * pass + 4 + k, pos = it.p0 + t * BN + ld_tok;
-        if (t < n_tiles_of() && pos < it.p1 && pos < it.S) {
-          const char* row = reinterpret_cast<const char*>(p.kv + ids().window_slot(t) * p.kv_stride);
-#if MLAV_PAIR_L2PF == 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          if (ld_lane == 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(row), "r"(D * 2) : "memory");
-#else
-          if (ld_lane < D * 2 / 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + 128 * ld_lane));
-#endif
-        }
-      }
-    }
-#endif
     cp_async_commit();
     float own[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    if (do_qk) qk(2 * pass, 0, own[0]);
-#if MLAV_PAIR_ISSUE == 1
-    if (next) { load_tile(2 * pass + 3, ids().window_slot(2 * pass + 3)); cp_async_commit(); }
-#endif
-    if (do_qk) qk(2 * pass + 1, 1, own[1]);
+    if (do_qk) {
+      qk(2 * pass, 0, own[0]);
+      qk(2 * pass + 1, 1, own[1]);
+    }
     half_bar();
     if (do_sm) softmax(pass, own);
-#if MLAV_PAIR_ISSUE == 2
-    if (next) { load_tile(2 * pass + 3, ids().window_slot(2 * pass + 3)); cp_async_commit(); }
-#endif
     half_bar();
     if (do_pv) pv(pass);
   }

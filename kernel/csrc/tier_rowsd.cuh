@@ -17,7 +17,9 @@
 // per CTA, the two CTAs on an SM are independent and overlap the same way by themselves (each
 // reads the KV range of its row tile: the second read comes from L2).
 // KV: 4 stages of 16 tokens under L2 evict-first, AHEAD tiles in flight past the ones in use,
-// slot ids by cp.async IDX_AHEAD tiles earlier into a shared window.
+// slot ids by cp.async IDX_AHEAD tiles earlier into a shared window (bf16: by lanes 0-15 of warp
+// 0, and the tile's copies issued by the lean loader; see tier_rows64d_pair.cuh and the overlap
+// rung in kernel/NOTES.md).
 // Partials (normalised bf16 O, fp32 log2-LSE) use the common layout and merge (combine<32 HALVES>).
 // FP8 (SGLang's fp8_e4m3 pool): the prefix rows stream as e4m3 bytes into S8 stages of their
 // own; in iteration j tile j + 1 is widened (widen_rows: exact bf16, draft rows from k_extend)
@@ -139,6 +141,37 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         if (evict_first) cp_async16_hint(dd, s, bytes, pol); else cp_async16(dd, s, bytes);
       }
     }
+  };
+  // bf16, in the loop: the lean copy issue (kernel/NOTES.md, "the overlap rung"): the slot id
+  // from the window, one base address (32 x 32-bit products: slot ids and strides are below
+  // 2^31), the copies at immediate offsets; past the range the base is the pool's first row and
+  // nothing is read (src_bytes 0 zero-fills)
+  auto load_lean = [&](int tile) {
+    const int pos = it.p0 + tile * BN + ld_tok;
+    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
+    const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;   // (an 8-byte id's low word)
+    const bool pre = pos < it.S, in = pos < it.p1;
+    const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
+    const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
+    const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
+    const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + ld_lane * 16;
+    const int bytes = in ? 16 : 0;
+    const uint32_t dd = smem_u32(ring + (tile % STAGES) * (BN * D) + swz(ld_tok, ld_lane) * 8);
+    const uint64_t pol = policy_kv(evict_first);
+    cp_async16_run<CHUNKS / TPT, TPT * 16>(dd, src, bytes, pol);
+    if constexpr (CHUNKS % TPT != 0)
+      if (ld_lane < CHUNKS % TPT) cp_async16_at<CHUNKS / TPT * TPT * 16>(dd, src, bytes, pol);
+  };
+  // the slot ids of tile t into the window: lanes 0-15 of warp 0 (the other warps skip it whole)
+  auto copy_ids = [&](int t) {
+    if (warp != 0 || lane >= BN || !p.kv_indices) return;
+    const int pos = it.p0 + t * BN + lane;
+    if (t >= n_tiles || pos >= it.p1 || pos >= it.S) return;
+    const int isz = p.kv_indices_64 ? 8 : 4;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (long long)(it.kv0 + pos) * isz;
+    const uint32_t dst = smem_u32(idx_win + ((t % IDX_WIN) * BN + lane) * 8);
+    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
   };
   // fp8: the e4m3 prefix rows only; widen_rows writes the draft rows and zeros past p1
   auto load_tile8 = [&](int tile, long long slot) {
@@ -369,8 +402,13 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     // tile j - 2's bf16 stage, last read by PV(j - 2), takes tile j + 1)
     __syncthreads();
     if (loads) {
-      if (j + AH < n_tiles) load(j + AH, ids.window_slot(j + AH));
-      ids.copy_index(j + AH + IDX_AHEAD);
+      if constexpr (FP8) {
+        if (j + AH < n_tiles) load(j + AH, ids.window_slot(j + AH));
+        ids.copy_index(j + AH + IDX_AHEAD);
+      } else {
+        if (j + AH < n_tiles) load_lean(j + AH);
+        copy_ids(j + AH + IDX_AHEAD);
+      }
     }
     cp_async_commit();
     if constexpr (FP8) if (!late && j + 1 < n_tiles) widen(j + 1);

@@ -12,7 +12,8 @@
 // same KV range side by side (through L2).
 // KV: 4 stages of 16 tokens (3 tiles, 55 KB, in flight) under an L2 evict-first policy (mode
 // bit 8 turns it off for the stream microbenchmark), slot indices copied by cp.async IDX_AHEAD
-// tiles ahead into a shared window, so no register ever waits on an index load. NT <= 2 fits
+// tiles ahead into a shared window, so no register ever waits on an index load (in the loop by
+// lanes 0-15 of warp 0, the copies by the lean loader: the overlap rung, kernel/NOTES.md). NT <= 2 fits
 // two CTAs per SM where shared memory allows (H200: yes; sm_120's 100 KB per SM: no); the
 // host sizes the schedule from the occupancy it measures.
 // SGLang's fp8_e4m3 pool has its own copy of this tier (tier_small8.cuh).
@@ -95,6 +96,36 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
         if (evict_first) cp_async16_hint(d, s, bytes, pol); else cp_async16(d, s, bytes);
       }
     }
+  };
+  // in the loop: the lean copy issue (kernel/NOTES.md, "the overlap rung"): the slot id from the
+  // window, one base address (32 x 32-bit products: slot ids and strides are below 2^31), the
+  // copies at immediate offsets; past the range the base is the pool's first row and nothing is
+  // read (src_bytes 0 zero-fills)
+  auto load_lean = [&](int tile) {
+    const int pos = it.p0 + tile * BN + ld_tok;
+    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
+    const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;   // (an 8-byte id's low word)
+    const bool pre = pos < it.S, in = pos < it.p1;
+    const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
+    const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
+    const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
+    const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + ld_lane * 16;
+    const int bytes = in ? 16 : 0;
+    const uint32_t dd = smem_u32(ring + (tile % STAGES) * (BN * D) + swz(ld_tok, ld_lane) * 8);
+    const uint64_t lpol = policy_kv(evict_first);
+    cp_async16_run<CHUNKS / 16, 256>(dd, src, bytes, lpol);
+    if (ld_lane < CHUNKS % 16) cp_async16_at<CHUNKS / 16 * 256>(dd, src, bytes, lpol);
+  };
+  // the slot ids of tile t into the window: lanes 0-15 of warp 0 (the other warps skip it whole)
+  auto copy_ids = [&](int t) {
+    if (warp != 0 || lane >= BN || !p.kv_indices) return;
+    const int pos = it.p0 + t * BN + lane;
+    if (t >= n_tiles || pos >= it.p1 || pos >= it.S) return;
+    const int isz = p.kv_indices_64 ? 8 : 4;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (long long)(it.kv0 + pos) * isz;
+    const uint32_t dst = smem_u32(idx_win + ((t % IDX_WIN) * BN + lane) * 8);
+    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
   };
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents, so no NaN path changes the timing
@@ -184,8 +215,8 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
     __syncthreads();                                      // barrier 1: xs(j) complete, PV(j-1) done
     if (loads) {
       const int jn = j + 3;                               // refill the stage PV(j-1) released
-      if (jn < n_tiles) load_tile(jn, ids.window_slot(jn));
-      ids.copy_index(jn + IDX_AHEAD);
+      if (jn < n_tiles) load_lean(jn);
+      copy_ids(jn + IDX_AHEAD);
     }
     cp_async_commit();
     if (math) {

@@ -102,6 +102,27 @@ __device__ __forceinline__ uint64_t policy_evict_first() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
   return pol;
 }
+// 16 bytes global -> shared at a compile-time offset from both bases (src_bytes 0: zero-fill)
+template <int OFF>
+__device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, int src_bytes, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0+%4], [%1+%4], 16, %2, %3;\n"
+               ::"r"(dst), "l"(src), "r"(src_bytes), "l"(pol), "n"(OFF));
+}
+// N such copies STEP bytes apart: one base register pair for a loader thread's whole row share
+template <int N, int STEP, int I = 0>
+__device__ __forceinline__ void cp_async16_run(uint32_t dst, const void* src, int src_bytes, uint64_t pol) {
+  if constexpr (I < N) {
+    cp_async16_at<I * STEP>(dst, src, src_bytes, pol);
+    cp_async16_run<N, STEP, I + 1>(dst, src, src_bytes, pol);
+  }
+}
+// L2 policy for the KV stream: evict-first, or evict-normal (MODE_PLAIN_CACHE), by a select
+__device__ __forceinline__ uint64_t policy_kv(bool evict_first) {
+  uint64_t pf, pn;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pf));
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(pn));
+  return evict_first ? pf : pn;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
