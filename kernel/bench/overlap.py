@@ -14,7 +14,7 @@ If the L2 rows close the gap, the loads' latency is what the ring does not cover
 cost is inside the SM (the copies' issue and shared-memory writes against QK's ldmatrix).
 
     python -m kernel.bench.overlap --out DIR          # JSON overlap-<gpu>-<stamp>.json, a table last
-    python -m kernel.bench.overlap --once             # two centre calls of tier 9 (full, no loads), for ncu
+    python -m kernel.bench.overlap --once 9           # two centre calls of tier 9 (full, no loads), for ncu
 """
 from __future__ import annotations
 
@@ -99,28 +99,31 @@ def table(doc: dict) -> list[str]:
     return out
 
 
-def once() -> None:
+def once(tier: int) -> None:
     ws = get_workspace("cuda")
     case, o, lse = shape_case(S, 8, H)
     for mode in (MODES["full"], MODES["no_loads"]):
-        launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=9, **case.kwargs())
+        launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier, **case.kwargs())
     torch.cuda.synchronize()
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="folder for overlap-<gpu>-<stamp>.json")
-    ap.add_argument("--once", action="store_true", help="two tier 9 calls at the centre, for a profiler")
+    ap.add_argument("--once", type=int, metavar="TIER", help="two centre calls of TIER (full, no loads), for a profiler")
     ap.add_argument("--commit", default=None, help="the commit measured (default: this checkout's)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: no CUDA device: kernel.bench.overlap measures on a GPU", file=sys.stderr)
         return 2
-    if a.once:
-        once()
+    if a.once is not None:
+        if a.once not in TIERS:
+            print(f"error: --once: tier {a.once} is not one of {sorted(TIERS)}", file=sys.stderr)
+            return 2
+        once(a.once)
         return 0
     if not a.out:
-        print("error: --out: a folder is needed (or --once)", file=sys.stderr)
+        print("error: --out: a folder is needed (or --once TIER)", file=sys.stderr)
         return 2
     info = env_info(a.commit or git_commit())
     doc = dict(info, **run())
