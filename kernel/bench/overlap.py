@@ -113,18 +113,18 @@ def main(argv=None) -> int:
     ap.add_argument("--once", type=int, metavar="TIER", help="two centre calls of TIER (full, no loads), for a profiler")
     ap.add_argument("--commit", default=None, help="the commit measured (default: this checkout's)")
     a = ap.parse_args(argv)
+    if a.once is not None and a.once not in TIERS:
+        print(f"error: --once: tier {a.once} is not one of {sorted(TIERS)}", file=sys.stderr)
+        return 2
+    if a.once is None and not a.out:
+        print("error: --out: a folder is needed (or --once TIER)", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("error: no CUDA device: kernel.bench.overlap measures on a GPU", file=sys.stderr)
         return 2
     if a.once is not None:
-        if a.once not in TIERS:
-            print(f"error: --once: tier {a.once} is not one of {sorted(TIERS)}", file=sys.stderr)
-            return 2
         once(a.once)
         return 0
-    if not a.out:
-        print("error: --out: a folder is needed (or --once TIER)", file=sys.stderr)
-        return 2
     info = env_info(a.commit or git_commit())
     doc = dict(info, **run())
     out = Path(a.out)

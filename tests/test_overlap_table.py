@@ -1,0 +1,43 @@
+"""kernel/bench/overlap.py on the CPU: its table from the committed overlap rung files, and its
+argument errors before any GPU is looked for."""
+import json
+from pathlib import Path
+
+from kernel.bench import overlap
+
+RUNGS = Path(__file__).resolve().parents[1] / "reports" / "data" / "rungs"
+
+
+def _line(lines, T, tier, build, placement):
+    hits = [ln.split() for ln in lines[1:] if ln.split()[:4] == [str(T), str(tier), build, placement]]
+    assert len(hits) == 1, (T, tier, build, placement)
+    return hits[0]
+
+
+def test_exposed_clocks_are_full_minus_the_longer_part_per_tile():
+    doc = json.loads((RUNGS / "overlap-h200-20261202T1705.json").read_text())
+    lines = overlap.table(doc)
+    row = {r["mode"]: r for r in doc["rows"] if (r["T"], r["tier"], r["build"], r["placement"]) == (8, 9, "production", "dram")}
+    full, nl, nm = (row[m]["time_us"] for m in ("full", "no_loads", "no_math"))
+    want = (full - max(nl, nm)) * doc["clock_assumed_mhz"] / row["full"]["tiles_per_cta"]
+    got = _line(lines, 8, 9, "production", "dram")
+    assert float(got[4]) == round(full, 1) and int(got[-1]) == round(want)
+    # the rung's finding, read back from its file: L2-resident rows leave the exposed clocks within 5 %
+    l2 = _line(lines, 8, 9, "production", "l2")
+    assert abs(int(l2[-1]) / int(got[-1]) - 1) < 0.05
+
+
+def test_lean_loader_file_halves_tier_9s_exposed_clocks():
+    doc = json.loads((RUNGS / "overlap-h200-20261202T1731.json").read_text())
+    lines = overlap.table(doc)
+    before = json.loads((RUNGS / "overlap-h200-20261202T1705.json").read_text())
+    old = int(_line(overlap.table(before), 8, 9, "production", "dram")[-1])
+    new = int(_line(lines, 8, 9, "production", "dram")[-1])
+    assert new < 0.6 * old
+
+
+def test_bad_arguments_are_named_before_any_gpu(capsys):
+    assert overlap.main(["--once", "99"]) == 2
+    assert "--once: tier 99" in capsys.readouterr().err
+    assert overlap.main([]) == 2
+    assert "--out" in capsys.readouterr().err
