@@ -29,11 +29,11 @@
 //     use by each half and four ring stages, an offset would leave no stage to stream into).
 // KV: the 4-stage ring as 2 pairs: pair p + 1 is issued at pass p's CTA barrier into the stages
 // pair p - 1 used and lands before pass p + 1 (36 KB in flight at the barrier, as rows64d's 2
-// tiles ahead). Issuing a pair's copies is ~20 instructions a tile per warp (the lean loader:
-// slot id, one 32 x 32-bit address product, copies at immediate offsets; slot ids by warp 0
-// alone): issued right after the barrier by all 8 warps at once, they overlap nothing, and the
-// first loader's ~115 cost ~730 clocks a tile (overlap rung, kernel/NOTES.md). The log2-LSE and
-// 1 / l of the epilogue live in the ring's tail, past the O staging.
+// tiles ahead). The copies are issued right after the barrier by all 8 warps at once, so that
+// block overlaps nothing: the first loader's ~230 instructions a warp a pass cost ~730 clocks a
+// tile; the lean one below (slot id, one 32 x 32-bit address product, copies at immediate
+// offsets; slot ids by warp 0 alone) runs ~130 and costs ~350 (overlap rung, kernel/NOTES.md).
+// The log2-LSE and 1 / l of the epilogue live in the ring's tail, past the O staging.
 // Partials and merge: rows64d's (combine<64>). bf16 pool only.
 #pragma once
 #include "slot_window.cuh"
