@@ -46,4 +46,29 @@ struct SlotWindow {
   }
 };
 
+// The loop's copies of one tile, the lean way (kernel/NOTES.md, the overlap rung), for the tiers
+// with one 16-token tile a step (rowsd, small; tier_rows64d_pair.cuh has the two-tile form).
+// copy_row_lean: one loader thread's share of its token's row (`part` of TPT threads a token) into
+// stage tile % STAGES of `ring`: the slot id from the window, one base address (a 32 x 32-bit
+// product: slot ids and strides are below 2^31), the copies at immediate offsets; past the range
+// the base is the pool's first row and nothing is read (src_bytes 0 zero-fills).
+template <int TPT, int TILE, int WIN, int STAGES>
+__device__ __forceinline__ void copy_row_lean(const Params& p, const Item& it, const uint8_t* win,
+                                              __nv_bfloat16* ring, int tile, int tok, int part, bool evict_first) {
+  const int pos = it.p0 + tile * TILE + tok;
+  const uint2 e = *reinterpret_cast<const uint2*>(win + ((tile % WIN) * TILE + tok) * 8);
+  const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;   // (an 8-byte id's low word)
+  const bool pre = pos < it.S, in = pos < it.p1;
+  const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
+  const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
+  const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
+  const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + part * 16;
+  const int bytes = in ? 16 : 0;
+  const uint32_t dd = smem_u32(ring + (tile % STAGES) * (TILE * D) + swz(tok, part) * 8);
+  const uint64_t pol = policy_kv(evict_first);
+  cp_async16_run<CHUNKS / TPT, TPT * 16>(dd, src, bytes, pol);
+  if constexpr (CHUNKS % TPT != 0)
+    if (part < CHUNKS % TPT) cp_async16_at<CHUNKS / TPT * TPT * 16>(dd, src, bytes, pol);
+}
+
 }  // namespace mlav

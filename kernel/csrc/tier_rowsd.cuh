@@ -142,27 +142,12 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
     }
   };
-  // bf16, in the loop: the lean copy issue (kernel/NOTES.md, "the overlap rung"): the slot id
-  // from the window, one base address (32 x 32-bit products: slot ids and strides are below
-  // 2^31), the copies at immediate offsets; past the range the base is the pool's first row and
-  // nothing is read (src_bytes 0 zero-fills)
+  // in the loop (bf16): the tile's copies and its slot ids, the lean way (slot_window.cuh)
   auto load_lean = [&](int tile) {
-    const int pos = it.p0 + tile * BN + ld_tok;
-    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
-    const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;   // (an 8-byte id's low word)
-    const bool pre = pos < it.S, in = pos < it.p1;
-    const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
-    const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
-    const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
-    const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + ld_lane * 16;
-    const int bytes = in ? 16 : 0;
-    const uint32_t dd = smem_u32(ring + (tile % STAGES) * (BN * D) + swz(ld_tok, ld_lane) * 8);
-    const uint64_t pol = policy_kv(evict_first);
-    cp_async16_run<CHUNKS / TPT, TPT * 16>(dd, src, bytes, pol);
-    if constexpr (CHUNKS % TPT != 0)
-      if (ld_lane < CHUNKS % TPT) cp_async16_at<CHUNKS / TPT * TPT * 16>(dd, src, bytes, pol);
+    copy_row_lean<TPT, BN, IDX_WIN, STAGES>(p, it, idx_win, ring, tile, ld_tok, ld_lane, evict_first);
   };
-  // the slot ids of tile t into the window: lanes 0-15 of warp 0 (the other warps skip it whole)
+  // (the slot-id copy stays written out in rowsd and small: as a shared function ptxas ordered
+  // its compares differently, and the measured machine code is kept byte for byte)
   auto copy_ids = [&](int t) {
     if (warp != 0 || lane >= BN || !p.kv_indices) return;
     const int pos = it.p0 + t * BN + lane;
