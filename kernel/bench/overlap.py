@@ -8,8 +8,8 @@ combination of:
     same slot ids modulo a window a third of L2's size (every row an L2 hit after the first pass);
   - mode: full (the verify kernel alone, mode 4), no loads (mode 2 | 4: the math on resident
     tiles), no math (mode 1 | 4: the loads alone);
-  - build: the production library, and diagnostic builds of tier 9 (VARIANTS: -D macros of
-    csrc/tier_rows64d_pair.cuh) that move where a pass issues its copies or prefetch into L2.
+  - build: the production library, and any diagnostic builds a rung lists in VARIANTS (-D macros it
+    adds to tier 9's source; none now: the 2026-12-02 rung's macros went with its verdict).
 If the L2 rows close the gap, the loads' latency is what the ring does not cover; if not, the
 cost is inside the SM (the copies' issue and shared-memory writes against QK's ldmatrix).
 

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   // pool's first row and nothing is read (src_bytes 0 zero-fills); the policy is a select
   auto load_pair = [&](int t) {
     const int pos0 = it.p0 + t * BN + ld_tok, p1 = it.p1, S = it.S, qo0 = it.qo0;
-    const bool idx = p.kv_indices != nullptr, idx8 = p.kv_indices_64 != 0;
+    const bool idx = p.kv_indices != nullptr;
     const unsigned kv0 = (unsigned)it.kv0;
     const uint64_t pol = policy_kv(evict_first);
 #pragma unroll
@@ -119,7 +119,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
       const int tile = t + k, pos = pos0 + k * BN;
       const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
       const unsigned slot = idx ? e.x : kv0 + (unsigned)pos;   // (an 8-byte id's low word: ids < 2^31)
-      (void)idx8;
       const bool pre = pos < S, in = pos < p1;
       const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
       const unsigned row = pre ? slot : (unsigned)(qo0 + pos - S);
