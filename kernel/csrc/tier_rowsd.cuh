@@ -17,9 +17,9 @@
 // per CTA, the two CTAs on an SM are independent and overlap the same way by themselves (each
 // reads the KV range of its row tile: the second read comes from L2).
 // KV: 4 stages of 16 tokens under L2 evict-first, AHEAD tiles in flight past the ones in use,
-// slot ids by cp.async IDX_AHEAD tiles earlier into a shared window (bf16: by lanes 0-15 of warp
-// 0, and the tile's copies issued by the lean loader; see tier_rows64d_pair.cuh and the overlap
-// rung in kernel/NOTES.md).
+// slot ids by cp.async IDX_AHEAD tiles earlier into a shared window (in the loop by lanes 0-15 of
+// warp 0, and the tile's copies issued by the lean loader, bf16 and fp8 alike; see
+// tier_rows64d_pair.cuh and the overlap rung in kernel/NOTES.md).
 // Partials (normalised bf16 O, fp32 log2-LSE) use the common layout and merge (combine<32 HALVES>).
 // FP8 (SGLang's fp8_e4m3 pool): the prefix rows stream as e4m3 bytes into S8 stages of their
 // own; in iteration j tile j + 1 is widened (widen_rows: exact bf16, draft rows from k_extend)
@@ -159,6 +159,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
   };
   // fp8: the e4m3 prefix rows only; widen_rows writes the draft rows and zeros past p1
+  // (the prologue's first tiles, slot ids read directly)
   auto load_tile8 = [&](int tile, long long slot) {
     const int pos = it.p0 + tile * BN + ld_tok;
     if (tile >= n_tiles || pos >= it.p1 || pos >= it.S) return;
@@ -173,6 +174,23 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         else cp_async16(smem_u32(dst + ch * 16), src + ch * 16, 16);
       }
     }
+  };
+  // fp8 in the loop, the lean way (as load_lean): the slot id from the window, one base address
+  // (a 32 x 32-bit product: slot ids and strides are below 2^31), the copies at immediate offsets
+  // (chunk ld_lane + TPT i is 16 TPT i bytes past chunk ld_lane in the pool row and in the
+  // unswizzled stage row), the L2 policy a select; draft rows and rows past p1 copy nothing, as
+  // above (widen_rows does not read their e4m3 bytes)
+  auto load_lean8 = [&](int tile) {
+    const int pos = it.p0 + tile * BN + ld_tok;
+    if (pos >= it.p1 || pos >= it.S) return;
+    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
+    const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;   // (an 8-byte id's low word)
+    const uint8_t* src = p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride + ld_lane * 16;
+    const uint32_t dd = smem_u32(ring8 + (tile % Lo::S8) * TILE8_BYTES + ld_tok * D + ld_lane * 16);
+    const uint64_t pol = policy_kv(evict_first);
+    cp_async16_run<CHUNKS8 / TPT, TPT * 16>(dd, src, 16, pol);
+    if constexpr (CHUNKS8 % TPT != 0)
+      if (ld_lane < CHUNKS8 % TPT) cp_async16_at<CHUNKS8 / TPT * TPT * 16>(dd, src, 16, pol);
   };
   auto load = [&](int tile, long long slot) {
     if constexpr (FP8) load_tile8(tile, slot); else load_tile(tile, slot);
@@ -388,8 +406,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     __syncthreads();
     if (loads) {
       if constexpr (FP8) {
-        if (j + AH < n_tiles) load(j + AH, ids.window_slot(j + AH));
-        ids.copy_index(j + AH + IDX_AHEAD);
+        if (j + AH < n_tiles) load_lean8(j + AH);
+        copy_ids(j + AH + IDX_AHEAD);
       } else {
         if (j + AH < n_tiles) load_lean(j + AH);
         copy_ids(j + AH + IDX_AHEAD);

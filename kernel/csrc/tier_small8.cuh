@@ -20,9 +20,11 @@
 // their own copy of the tile step with bf16 MMAs into the same accumulators (fragments loaded from
 // global memory in the same permuted order, q reloaded as bf16). The pipeline is the small tier's:
 // 4 stages, two CTA barriers per tile, softmax(j) while tiles stream in, then PV(j) and QK(j + 1);
-// slot ids by cp.async IDX_AHEAD tiles ahead. No L2 evict-first hint (+2-4 % on the bf16
+// slot ids by cp.async IDX_AHEAD tiles ahead (in the loop by warp 0, the tile's copies by the
+// lean loader: the overlap rung in kernel/NOTES.md). No L2 evict-first hint (+2-4 % on the bf16
 // stream): with it, ptxas 13.0 emits an illegal instruction for sm_90 here (the hinted copy with
-// a uniform-register part in its shared address; compute-sanitizer).
+// a uniform-register part in its shared address; compute-sanitizer). The lean copy with the hint
+// still compiles to that form on sm_90 (LDGSTS [R+UR+imm], desc[UR]: cuobjdump), so it has none.
 // k_scale folds into the prefix logits' scale; v_scale into the draft P (as 1 / v_scale) and the
 // final normalisation, so the prefix P keeps f16's range.
 #pragma once
@@ -95,6 +97,15 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
   return (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
 #endif
 }
+// N 16-byte copies global -> shared, STEP bytes apart from OFF past both bases (src_bytes 0:
+// zero-fill), without an L2 hint: immediate offsets, one base register pair for them all
+template <int N, int STEP, int OFF = 0>
+__device__ __forceinline__ void copy16_run(uint32_t dst, const void* src, int src_bytes) {
+  if constexpr (N > 0) {
+    asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%3], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes), "n"(OFF));
+    copy16_run<N - 1, STEP, OFF + STEP>(dst, src, src_bytes);
+  }
+}
 __device__ __forceinline__ uint32_t f16x2_of(float lo, float hi) {
   __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);
@@ -136,7 +147,7 @@ __device__ __forceinline__ void small8_body(const Params& p) {
   const SlotWindow<BT, IDX_WIN> ids{p, it, idx_win, ld_tok, ld_lane, n_main, pe, pe};
   // rows past pe are zero-filled: their logits are masked, so P = 0 there, and V must not be
   // NaN (0 * NaN), which a stale 0x7f byte is after the hardware convert
-  auto load_tile = [&](int tile, long long slot) {
+  auto load_tile = [&](int tile, long long slot) {   // the prologue's first tiles (ids read directly)
     const int pos = it.p0 + tile * BT + ld_tok;
     if (tile >= n_main) return;
     const bool ok = pos < pe;
@@ -147,6 +158,35 @@ __device__ __forceinline__ void small8_body(const Params& p) {
       const int ch = ld_lane + 8 * i;
       if (ch < CHUNKS8) cp_async16(smem_u32(dst + ch * 16), src + (ok ? ch * 16 : 0), ok ? 16 : 0);
     }
+  };
+  // in the loop, the lean way (the overlap rung, kernel/NOTES.md): the slot id from the window,
+  // one base address (a 32 x 32-bit product: slot ids and strides are below 2^31), the copies at
+  // immediate offsets (chunk ld_lane + 8 i is 128 i bytes past chunk ld_lane, in the pool row and
+  // in the unswizzled stage row alike); rows past pe read nothing from the pool's first row
+  // (src_bytes 0 zero-fills, as above). No L2 hint (see the top of this file).
+  auto load_lean = [&](int tile) {
+    const int pos = it.p0 + tile * BT + ld_tok;
+    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BT + ld_tok) * 8);
+    const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;   // (an 8-byte id's low word)
+    const bool ok = pos < pe;
+    const uint8_t* src = (ok ? p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride : p.kv8) + ld_lane * 16;
+    const int bytes = ok ? 16 : 0;
+    const uint32_t dd = smem_u32(ring + (tile % STAGES) * STAGE + ld_tok * ROW8 + ld_lane * 16);
+    copy16_run<CHUNKS8 / 8, 128>(dd, src, bytes);
+    if (ld_lane < CHUNKS8 % 8) copy16_run<1, 0, CHUNKS8 / 8 * 128>(dd, src, bytes);
+  };
+  // the loop's slot-id copies: warp 0, one lane a token (BT = 32), so the other warps skip the
+  // block whole; an 8-byte id is copied whole, its low word read
+  static_assert(BT == 32, "one lane of warp 0 a token");
+  auto copy_ids = [&](int t) {
+    if (warp != 0 || !p.kv_indices) return;
+    const int pos = it.p0 + t * BT + lane;
+    if (t >= n_main || pos >= pe) return;
+    const int isz = p.kv_indices_64 ? 8 : 4;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (long long)(it.kv0 + pos) * isz;
+    const uint32_t dst = smem_u32(idx_win + ((t % IDX_WIN) * BT + lane) * 8);
+    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
   };
   constexpr int AH = STAGES - 1;                          // tiles issued before the first is used
   const bool loads = !(p.mode & MODE_NO_LOADS);
@@ -298,10 +338,10 @@ __device__ __forceinline__ void small8_body(const Params& p) {
   auto tile_step = [&](int j, auto draft_tag) {
     constexpr bool DRAFT = decltype(draft_tag)::value;
     __syncthreads();                                      // barrier 1: xs(j) complete, PV(j-1) done
-    if (loads) {
+    if (loads && !DRAFT) {                                // (draft steps: j >= n_main, nothing to copy)
       const int jn = j + AH;                              // into the stage PV(j-1) released
-      if (jn < n_main) load_tile(jn, ids.window_slot(jn));
-      ids.copy_index(jn + IDX_AHEAD);
+      if (jn < n_main) load_lean(jn);
+      copy_ids(jn + IDX_AHEAD);
     }
     cp_async_commit();
     constexpr bool pref = !DRAFT;
