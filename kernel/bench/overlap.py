@@ -37,7 +37,7 @@ MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_m
 # (reports/data/rungs/overlap-h200-20261202T1705.json, kernel/NOTES.md): the second tile's copies
 # issued after QK(a) or after the softmax, pair p + 2 prefetched into L2; measured and kept
 # (rungs/overlap-h200-20261202T1713.json): the lean loader, now every bf16 tier's production code
-VARIANTS: dict[str, tuple[str, ...]] = {}
+VARIANTS: dict[str, tuple[str, ...]] = {"cp_async_padded": ("MLAV_NO_BULK",), "bulk_late": ("MLAV_LATE_ISSUE",)}
 # (T, tiers of the production library); any variants run tier 9 at each T
 SHAPES = ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9)))
 S, H = 185000, 8

@@ -424,16 +424,23 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     // pair `pass` visible; every warp is past its PV of the pair before, whose stages take the
     // next pair, and past its reads of that pass's P, whose bytes the QK below overwrites
     __syncthreads();
+#ifndef MLAV_LATE_ISSUE
     if (loads && 2 * pass + 2 < n_tiles_of()) {
       load_pair(2 * pass + 2, false);
       copy_ids(2 * pass + 2 + IDX_AHEAD);
     }
     cp_async_commit();
+#endif
     float own[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    if (do_qk) {
-      qk(2 * pass, 0, own[0]);
-      qk(2 * pass + 1, 1, own[1]);
+    if (do_qk) qk(2 * pass, 0, own[0]);
+#ifdef MLAV_LATE_ISSUE
+    if (loads && 2 * pass + 2 < n_tiles_of()) {
+      load_pair(2 * pass + 2, false);
+      copy_ids(2 * pass + 2 + IDX_AHEAD);
     }
+    cp_async_commit();
+#endif
+    if (do_qk) qk(2 * pass + 1, 1, own[1]);
     half_bar();
     if (do_sm) softmax(pass, own);
     half_bar();

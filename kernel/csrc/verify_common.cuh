@@ -128,7 +128,7 @@ __device__ __forceinline__ uint64_t policy_kv(bool evict_first) {
 // mbarrier, so a tile's copies are issued by a few lanes, not by every thread chunk by chunk.
 // Operands that differ across lanes become a short loop over the issuing lanes (ptxas: ELECT,
 // R2UR, UBLKCP). On sm_80-89 the tiers that use these keep cp.async (MLAV_BULK 0).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MLAV_NO_BULK)
 #define MLAV_BULK 1
 #else
 #define MLAV_BULK 0
