@@ -6,9 +6,9 @@ the plugin's real hook on `ServerArgs.resolve_once` (applied by conftest's load_
 one test runs the real launcher, `sglang serve` (the README's), in a subprocess.
 """
 import os
+import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -205,14 +205,14 @@ def _launch(argv, **env):
             "sys.argv = ['sglang', 'serve', '--model-type', 'llm'] + sys.argv[1:]\n"
             "from sglang.cli.main import main\n"
             "main()\n")
-    t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=180,
+    # (the timeout only stops a hung launcher: a cold SGLang import under load has taken 90 s)
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=600,
                        env={**os.environ, **LAUNCH_ENV, **env}, cwd=ROOT)
-    return r, time.monotonic() - t0
+    return r
 
 
-def test_real_launcher_refuses_in_seconds_with_one_line(command, tmp_path):
-    r, seconds = _launch(command + ["--device", "cuda", "--kv-cache-dtype", "fp8_e5m2"], MLA_VERIFY_BACKEND="flash")
+def test_real_launcher_refuses_first_thing_with_one_line(command, tmp_path):
+    r = _launch(command + ["--device", "cuda", "--kv-cache-dtype", "fp8_e5m2"], MLA_VERIFY_BACKEND="flash")
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 1, r.stderr[-3000:]
     assert last.startswith("mla-verify: MLA_VERIFY_BACKEND=flash, but --kv-cache-dtype fp8_e5m2"), r.stderr[-3000:]
@@ -220,6 +220,11 @@ def test_real_launcher_refuses_in_seconds_with_one_line(command, tmp_path):
     # and without a kernel build and without nvcc, the launcher stops at load_plugins(), first thing
     env = {"MLA_VERIFY_BACKEND": "flash", "MLA_VERIFY_CACHE": str(tmp_path / "empty"), "NVCC": "/nonexistent",
            "CUDA_HOME": str(tmp_path), "PATH": str(Path(sys.executable).parent)}
-    r2, seconds2 = _launch(list(command), **env)
+    r2 = _launch(list(command), **env)
     assert r2.returncode == 1 and "BuildError: nvcc not found" in r2.stderr.strip().splitlines()[-1], r2.stderr[-3000:]
-    assert seconds2 < 60
+    # "first thing" by what ran, not by the clock (a loaded machine slows the imports, not the
+    # order): the launch above got as far as SGLang's own timestamped log lines (its server
+    # arguments), this one stops before any of them
+    sglang_log = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\]", re.M)
+    assert sglang_log.search(r.stderr), r.stderr[-3000:]
+    assert not sglang_log.search(r2.stderr), r2.stderr[-3000:]
