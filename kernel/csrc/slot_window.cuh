@@ -52,7 +52,7 @@ struct SlotWindow {
 // stage tile % STAGES of `ring`: the slot id from the window, one base address (a 32 x 32-bit
 // product: slot ids and strides are below 2^31), the copies at immediate offsets; past the range
 // the base is the pool's first row and nothing is read (src_bytes 0 zero-fills).
-template <int TPT, int TILE, int WIN, int STAGES, bool PAD = false>
+template <int TPT, int TILE, int WIN, int STAGES>
 __device__ __forceinline__ void copy_row_lean(const Params& p, const Item& it, const uint8_t* win,
                                               __nv_bfloat16* ring, int tile, int tok, int part, bool evict_first) {
   const int pos = it.p0 + tile * TILE + tok;
@@ -64,10 +64,7 @@ __device__ __forceinline__ void copy_row_lean(const Params& p, const Item& it, c
   const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
   const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + part * 16;
   const int bytes = in ? 16 : 0;
-  // PAD: rows of D + 8 elements, not swizzled (tier_rowsd.cuh); chunk part + TPT i is 16 TPT i
-  // bytes on either way (the swizzle's XOR touches bits 0-2 only)
-  const uint32_t dd = PAD ? smem_u32(ring + (tile % STAGES) * (TILE * (D + 8)) + tok * (D + 8) + part * 8)
-                          : smem_u32(ring + (tile % STAGES) * (TILE * D) + swz(tok, part) * 8);
+  const uint32_t dd = smem_u32(ring + (tile % STAGES) * (TILE * D) + swz(tok, part) * 8);
   const uint64_t pol = policy_kv(evict_first);
   cp_async16_run<CHUNKS / TPT, TPT * 16>(dd, src, bytes, pol);
   if constexpr (CHUNKS % TPT != 0)

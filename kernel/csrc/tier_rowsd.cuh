@@ -36,12 +36,7 @@ namespace mlav {
 namespace rowsd {
 
 constexpr int STAGES = 4;
-// bf16 ring rows padded by 16 B, not XOR-swizzled (as tier 9's, kernel/NOTES.md): 1,168 B shift
-// each row by 4 banks, so an ldmatrix phase's 8 rows of one chunk column hit 32 distinct banks,
-// and a k-step's address is the row's plus an immediate, with no per-step XOR. The fp8 copies'
-// bf16 stages stay swizzled (widen_rows writes them).
-constexpr int RS_PAD = D + 8;                          // padded ring row, elements
-constexpr int RING_BYTES = STAGES * BN * RS_PAD * 2;   // 74,752
+constexpr int RING_BYTES = STAGES * TILE_BYTES;        // 73,728
 constexpr int IDX_AHEAD = 4;                           // tiles between an index copy and its use
 constexpr int IDX_WIN = 8;                             // tiles in the index window (> IDX_AHEAD)
 constexpr int QK_STEPS = 9;                            // 8 latent + 1 rope k-step per dim quarter
@@ -66,9 +61,6 @@ struct Layout {
   // (bf16: 1, unused, so that the fp8-only code's modulo stays defined where it is compiled)
   static constexpr int S8 = FP8 ? (S8_FIT < IDX_AHEAD + 1 ? S8_FIT : IDX_AHEAD + 1) : 1;
   static constexpr int KST = FP8 ? NB : STAGES;        // bf16 stages the MMAs read
-  static constexpr bool PAD = !FP8;                    // ring rows padded (bf16) or swizzled (fp8)
-  static constexpr int RS = PAD ? RS_PAD : D;          // ring row stride, elements
-  static constexpr int STAGE_EL = BN * RS;
   static constexpr int RING = FP8 ? NB * TILE_BYTES + S8 * TILE8_BYTES : RING_BYTES;
   static constexpr int OFF_XS = RING;
   static constexpr int OFF_PS = OFF_XS + XS_BYTES;
@@ -91,10 +83,6 @@ struct Layout {
   static constexpr int WIDEN_BATCH = HALVES == 1 ? 2 : 0;
   static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 };
-
-// chunk c (16 B) of ring row `row`, in chunks from its stage's start
-template <bool PAD>
-__device__ __forceinline__ int ring_chunk(int row, int c) { return PAD ? row * (RS_PAD / 8) + c : swz(row, c); }
 
 // DIAG = 1 builds the diagnostic copy that also reads mode bits 16/32/64 (skip the softmax,
 // QK or PV: per-part timings of the math); the production copy (DIAG = 0) never tests them.
@@ -140,7 +128,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const __nv_bfloat16* src = nullptr;
     if (tile < n_tiles && pos < it.p1)
       src = pos < it.S ? p.kv + slot * p.kv_stride : p.kext + (long long)(it.qo0 + pos - it.S) * p.ext_stride;
-    __nv_bfloat16* dst = ring + (tile % STAGES) * Lo::STAGE_EL;
+    __nv_bfloat16* dst = ring + (tile % STAGES) * (BN * D);
     const int bytes = src ? 16 : 0;
     if (!src) src = p.kv;
     const uint64_t pol = policy_evict_first();   // made where used: no register held across the loop
@@ -148,7 +136,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     for (int i = 0; i < (CHUNKS + TPT - 1) / TPT; ++i) {
       int ch = ld_lane + TPT * i;
       if (ch < CHUNKS) {
-        uint32_t dd = smem_u32(dst + ring_chunk<Lo::PAD>(ld_tok, ch) * 8);
+        uint32_t dd = smem_u32(dst + swz(ld_tok, ch) * 8);
         const void* s = src + (bytes ? ch * 8 : 0);
         if (evict_first) cp_async16_hint(dd, s, bytes, pol); else cp_async16(dd, s, bytes);
       }
@@ -156,7 +144,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   // in the loop (bf16): the tile's copies and its slot ids, the lean way (slot_window.cuh)
   auto load_lean = [&](int tile) {
-    copy_row_lean<TPT, BN, IDX_WIN, STAGES, Lo::PAD>(p, it, idx_win, ring, tile, ld_tok, ld_lane, evict_first);
+    copy_row_lean<TPT, BN, IDX_WIN, STAGES>(p, it, idx_win, ring, tile, ld_tok, ld_lane, evict_first);
   };
   // (the slot-id copy stays written out in rowsd and small: as a shared function ptxas ordered
   // its compares differently, and the measured machine code is kept byte for byte)
@@ -278,7 +266,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // partial S of tile `tile` over this warp's 32 rows and 144 dims -> xs, stored per row
   // group (2 m + hr) in the order the softmax reads it
   auto qk = [&](int tile) {
-    const __nv_bfloat16* kt = ring + (tile % Lo::KST) * Lo::STAGE_EL;
+    const __nv_bfloat16* kt = ring + (tile % Lo::KST) * (BN * D);
     float s[2][2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
@@ -288,13 +276,13 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const int sub = (lane >> 3) & 1;
     uint32_t b[2][4];
     // the fragment of k-step kk + 1 is requested before the MMAs of kk (asm volatile keeps order)
-    ldsm_x4(smem_u32(kt + ring_chunk<Lo::PAD>(tok, 16 * d + sub) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
+    ldsm_x4(smem_u32(kt + swz(tok, 16 * d + sub) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
     for (int kk = 0; kk < QK_STEPS; ++kk) {
       if (kk + 1 < QK_STEPS) {
         const int ch = (kk + 1 < 8 ? 16 * d + 2 * (kk + 1) : 64 + 2 * d) + sub;
         uint32_t* nb = b[(kk + 1) & 1];
-        ldsm_x4(smem_u32(kt + ring_chunk<Lo::PAD>(tok, ch) * 8), nb[0], nb[1], nb[2], nb[3]);
+        ldsm_x4(smem_u32(kt + swz(tok, ch) * 8), nb[0], nb[1], nb[2], nb[3]);
       }
       const uint32_t* cb = b[kk & 1];
       mma16816(s[0][0], qa[kk][0], cb[0], cb[1]);
@@ -369,7 +357,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
 
   // PV(j): O[this half's 32 rows, my 128 columns] = alpha * O + P V
   auto pv = [&](int j) {
-    const __nv_bfloat16* vt = ring + (j % Lo::KST) * Lo::STAGE_EL;
+    const __nv_bfloat16* vt = ring + (j % Lo::KST) * (BN * D);
     const int4 f = reinterpret_cast<const int4*>(flag_s)[r];
     if ((f.x | f.y | f.z | f.w) != 0) {                   // uniform across the half
 #pragma unroll
@@ -391,12 +379,12 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
     const int sub = lane >> 4;
     uint32_t b[2][4];
-    ldsm_x4_t(smem_u32(vt + ring_chunk<Lo::PAD>(tok, 16 * d + sub) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
+    ldsm_x4_t(smem_u32(vt + swz(tok, 16 * d + sub) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
     for (int n2 = 0; n2 < 8; ++n2) {
       if (n2 + 1 < 8) {
         uint32_t* nb = b[(n2 + 1) & 1];
-        ldsm_x4_t(smem_u32(vt + ring_chunk<Lo::PAD>(tok, 16 * d + 2 * (n2 + 1) + sub) * 8), nb[0], nb[1], nb[2], nb[3]);
+        ldsm_x4_t(smem_u32(vt + swz(tok, 16 * d + 2 * (n2 + 1) + sub) * 8), nb[0], nb[1], nb[2], nb[3]);
       }
       const uint32_t* cb = b[n2 & 1];
 #pragma unroll
