@@ -36,8 +36,11 @@ MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_m
 # build name -> -D macros of a diagnostic build (tier 9). Measured and refuted
 # (reports/data/rungs/overlap-h200-20261202T1705.json, kernel/NOTES.md): the second tile's copies
 # issued after QK(a) or after the softmax, pair p + 2 prefetched into L2; measured and kept
-# (rungs/overlap-h200-20261202T1713.json): the lean loader, now every bf16 tier's production code
-VARIANTS: dict[str, tuple[str, ...]] = {"cp_async_padded": ("MLAV_NO_BULK",), "bulk_late": ("MLAV_LATE_ISSUE",)}
+# (rungs/overlap-h200-20261202T1713.json): the lean loader, now every bf16 tier's production code;
+# measured and not kept (rungs/overlap-h200-20261202T2044.json, ...T2116.json: commit f772087's
+# tier 9 and its two variants): whole rows by cp.async.bulk on 1,168-byte padded rows, the bulk
+# copies issued after QK(a), and the lean cp.async on the padded rows
+VARIANTS: dict[str, tuple[str, ...]] = {}
 # (T, tiers of the production library); any variants run tier 9 at each T
 SHAPES = ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9)))
 S, H = 185000, 8

@@ -44,11 +44,9 @@ namespace rowspair {
 
 constexpr int BM = 64, THREADS = 256, WARPS = 8;
 constexpr int STAGES = 4;                              // = 2 pairs of 16-token tiles
-constexpr int RS = D + 8;                              // ring row stride, elements: 1,168 B (see rc)
-constexpr int STAGE_EL = BN * RS;
-constexpr int RING_BYTES = STAGES * STAGE_EL * 2;      // 74,752
-constexpr int IDX_AHEAD = 2;                           // tiles between an index copy and its use: one pass
-constexpr int IDX_WIN = 4;                             // tiles in the index window, 4-byte ids
+constexpr int RING_BYTES = STAGES * TILE_BYTES;        // 73,728
+constexpr int IDX_AHEAD = 4;                           // tiles between an index copy and its use
+constexpr int IDX_WIN = 8;                             // tiles in the index window (> IDX_AHEAD + 2)
 constexpr int QK_STEPS = 9;                            // 8 latent + 1 rope k-step per dim quarter
 constexpr int OSTRIDE = DV + 8;                        // padded bf16 row of the output staging
 constexpr float RESCALE_LOG2 = 8.f;                    // keep a stale max up to 2^8 below the true one
@@ -65,21 +63,14 @@ constexpr int OFF_ALPHA = OFF_XS + XS_BYTES;           // [BM] rescale of the ru
 constexpr int OFF_FLAG = OFF_ALPHA + BM * 4;           // [WARPS] per softmax warp: some row rescaled
 constexpr int OFF_MRUN = OFF_FLAG + WARPS * 4;        // [BM] running (stale) max per row
 constexpr int OFF_LRUN = OFF_MRUN + BM * 4;            // [THREADS] running sum per softmax thread
-constexpr int OFF_IDX = (OFF_LRUN + THREADS * 4 + 15) / 16 * 16;   // [IDX_WIN][BN] slot ids, 4 B each
-constexpr int OFF_BAR = OFF_IDX + IDX_WIN * BN * 4;   // [2] mbarriers: pair p's copies complete on p % 2
-constexpr int OFF_ITEM = OFF_BAR + 16;
+constexpr int OFF_IDX = (OFF_LRUN + THREADS * 4 + 15) / 16 * 16;   // [IDX_WIN][BN] slot ids, 8 B each
+constexpr int OFF_ITEM = OFF_IDX + IDX_WIN * BN * 8;
 constexpr int SMEM = OFF_ITEM + (int)((sizeof(Item) + 15) / 16 * 16);
 constexpr int OFF_INV = BM * OSTRIDE * 2;              // in the ring, past the output staging
 constexpr int OFF_LSE = OFF_INV + BM * 4;
 static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
 static_assert(OFF_LSE + BM * 4 <= RING_BYTES, "the epilogue's arrays fit in the ring past the O staging");
 static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
-static_assert(OFF_BAR % 8 == 0, "mbarriers are 8-byte aligned");
-
-// chunk c (16 B) of ring row `row`, in chunks from the stage's start. Rows are padded by 16 B, not
-// XOR-swizzled, because a bulk copy writes a row as it is: 1,168 B shifts each row by 4 banks, so
-// the 8 rows an ldmatrix phase reads (one chunk column) hit 32 distinct banks.
-__device__ __forceinline__ int rc(int row, int c) { return row * (RS / 8) + c; }
 
 // DIAG = 1: the diagnostic copy that reads mode bits 16/32/64 (leave out the softmax, QK or PV:
 // `--stages parts`); DIAG = 0 never tests them.
@@ -89,12 +80,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   {
     Item item;
     if (!plan_item<BM, THREADS>(p, reinterpret_cast<int*>(smem + OFF_XS), item)) return;
-    if (threadIdx.x == 0) {
-      *reinterpret_cast<Item*>(smem + OFF_ITEM) = item;
-      mbar_init(smem_u32(smem + OFF_BAR), 1);             // one arrival a phase: thread 0's, with the bytes
-      mbar_init(smem_u32(smem + OFF_BAR + 8), 1);
-      mbar_init_fence();
-    }
+    if (threadIdx.x == 0) *reinterpret_cast<Item*>(smem + OFF_ITEM) = item;
     __syncthreads();
   }
   const Item& it = *reinterpret_cast<const Item*>(smem + OFF_ITEM);
@@ -111,91 +97,83 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   float4* xs = reinterpret_cast<float4*>(smem + OFF_XS);
   float* alpha_s = reinterpret_cast<float*>(smem + OFF_ALPHA);
   int* flag_s = reinterpret_cast<int*>(smem + OFF_FLAG);
+  uint8_t* idx_win = smem + OFF_IDX;
   const bool evict_first = !(p.mode & MODE_PLAIN_CACHE);
 
-  uint32_t* idx_win = reinterpret_cast<uint32_t*>(smem + OFF_IDX);
+  const int ld_tok = tid / TPT, ld_lane = tid % TPT;
   // (tiles are bounded by their positions, pos < p1, and the pass count is read from the item in
   // shared memory: no register holds a tile count through the loop)
   auto n_tiles_of = [&]() { return (it.p1 - it.p0 + BN - 1) / BN; };
-  // slot id of token `tok` of tile `tile` at position pos (< p1): read directly (the prologue's
-  // first pair, before the window holds anything) or from the window (an 8-byte id's low word:
-  // ids < 2^31)
-  auto slot_at = [&](int tile, int tok, int pos, bool direct) -> unsigned {
-    if (!p.kv_indices) return (unsigned)it.kv0 + (unsigned)pos;
-    if (direct) return (unsigned)ld_index(p.kv_indices, p.kv_indices_64, it.kv0 + pos);
-    return idx_win[(tile % IDX_WIN) * BN + tok];
-  };
-  // the row of token position pos (< p1): a pool row (pos < S) or the draft's own k_extend row
-  auto row_src = [&](unsigned slot, int pos) {
-    const bool pre = pos < it.S;
-    const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
-    const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
-    const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);   // 32 x 32 -> 64 bits
-    return base + (unsigned long long)row * stride;
-  };
-#if MLAV_BULK
-  // tiles t and t + 1 (stages t % 4, (t + 1) % 4), bulk copies completing on mbarrier (t / 2) % 2:
-  // lanes 0-3 of each warp copy one whole row each (32 rows), thread 0 announces the bytes. Rows
-  // past p1 (the last pair only) are written as zeros by every thread instead: P is 0 there, and
-  // 0 * NaN from stale bytes would poison O.
-  auto load_pair = [&](int t, bool direct) {
-    // the thread index re-read (asm volatile), so nothing derived from it is held through the
-    // pass for this block (held, sm_120 spilled 16 B)
-    int tn;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tn));
-    const uint32_t bar = smem_u32(smem + OFF_BAR + 8 * ((t >> 1) & 1));
-    const int in_range = it.p1 - (it.p0 + t * BN);        // >= 1: tile t is loaded only when in range
-    if (tn == 0) mbar_arrive_tx(bar, (uint32_t)min(in_range, 2 * BN) * (D * 2));
-    if ((tn & 31) < 4) {
-      const int q = (tn >> 5) * 4 + (tn & 31), tile = t + (q >> 4), tok = q & (BN - 1);
-      const int pos = it.p0 + tile * BN + tok;
-      if (pos < it.p1)
-        bulk_copy(smem_u32(ring + (tile % STAGES) * STAGE_EL + tok * RS), row_src(slot_at(tile, tok, pos, direct), pos),
-                  D * 2, bar, policy_kv(evict_first));
-    }
-    if (in_range < 2 * BN)
-      for (int i = in_range * CHUNKS + tn; i < 2 * BN * CHUNKS; i += THREADS) {
-        const int q = i / CHUNKS;
-        reinterpret_cast<uint4*>(ring + ((t + (q >> 4)) % STAGES) * STAGE_EL + (q & (BN - 1)) * RS)[i - q * CHUNKS] =
-            make_uint4(0, 0, 0, 0);
-      }
-  };
-#else
-  // sm_80-89: the lean cp.async loader (kernel/NOTES.md, the overlap rung) on the same padded rows:
-  // 16 threads a token, one base address, copies at immediate offsets, zero-fill past p1
-  const int ld_tok = tid / TPT, ld_lane = tid % TPT;
-  auto load_pair = [&](int t, bool direct) {
+  auto ids = [&]() { return SlotWindow<BN, IDX_WIN>{p, it, idx_win, ld_tok, ld_lane, 1 << 30, it.p1, it.S}; };
+  // tiles t and t + 1 in one pass over the item's fields: per tile a thread reads its token's slot
+  // id from the window, forms one base address (32 x 32 -> 64-bit products: slot ids and strides
+  // are below 2^31) and issues its 4-5 copies at immediate offsets; past the range the base is the
+  // pool's first row and nothing is read (src_bytes 0 zero-fills); the policy is a select
+  auto load_pair = [&](int t) {
+    const int pos0 = it.p0 + t * BN + ld_tok, p1 = it.p1, S = it.S, qo0 = it.qo0;
+    const bool idx = p.kv_indices != nullptr;
+    const unsigned kv0 = (unsigned)it.kv0;
     const uint64_t pol = policy_kv(evict_first);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const int tile = t + k, pos = it.p0 + tile * BN + ld_tok;
-      const bool in = pos < it.p1;
-      const char* src = (in ? row_src(slot_at(tile, ld_tok, pos, direct), pos) : reinterpret_cast<const char*>(p.kv)) + ld_lane * 16;
-      const uint32_t dd = smem_u32(ring + (tile % STAGES) * STAGE_EL + ld_tok * RS + ld_lane * 8);
-      cp_async16_run<CHUNKS / TPT, TPT * 16>(dd, src, in ? 16 : 0, pol);
-      if (ld_lane < CHUNKS % TPT) cp_async16_at<CHUNKS / TPT * TPT * 16>(dd, src, in ? 16 : 0, pol);
+      const int tile = t + k, pos = pos0 + k * BN;
+      const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
+      const unsigned slot = idx ? e.x : kv0 + (unsigned)pos;   // (an 8-byte id's low word: ids < 2^31)
+      const bool pre = pos < S, in = pos < p1;
+      const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
+      const unsigned row = pre ? slot : (unsigned)(qo0 + pos - S);
+      const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
+      const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + ld_lane * 16;
+      const int bytes = in ? 16 : 0;
+      const uint32_t dd = smem_u32(ring + (tile % STAGES) * (BN * D) + swz(ld_tok, ld_lane) * 8);
+      cp_async16_run<CHUNKS / TPT, TPT * 16>(dd, src, bytes, pol);
+      if (ld_lane < CHUNKS % TPT) cp_async16_at<CHUNKS / TPT * TPT * 16>(dd, src, bytes, pol);
     }
   };
-#endif
   // the slot ids of tiles t and t + 1 into the window: warp 0, one lane a token (the other warps
-  // skip it whole, not lane by lane); of an 8-byte id the low word
+  // skip it whole, not lane by lane); an 8-byte id is copied whole, its low word read
   auto copy_ids = [&](int t) {
     if (warp != 0 || !p.kv_indices) return;
     const int tile = t + (lane >> 4), tok = lane & 15, pos = it.p0 + tile * BN + tok;
     if (pos >= it.p1 || pos >= it.S) return;
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (long long)(it.kv0 + pos) * (p.kv_indices_64 ? 8 : 4);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(idx_win + (tile % IDX_WIN) * BN + tok)), "l"(src));
+    const int isz = p.kv_indices_64 ? 8 : 4;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (long long)(it.kv0 + pos) * isz;
+    const uint32_t dst = smem_u32(idx_win + ((tile % IDX_WIN) * BN + tok) * 8);
+    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+  };
+  // the prologue's first pair: slot ids read directly (the window is not filled yet)
+  auto load_tile = [&](int tile, long long slot) {
+    const int pos = it.p0 + tile * BN + ld_tok;
+    const __nv_bfloat16* src = nullptr;
+    if (pos < it.p1)
+      src = pos < it.S ? p.kv + slot * p.kv_stride : p.kext + (long long)(it.qo0 + pos - it.S) * p.ext_stride;
+    const int bytes = src ? 16 : 0;                      // past the range: zeros (P = 0 there)
+    if (!src) src = p.kv;
+    // chunk ld_lane + 16 i of the row: swz(ld_tok, ch) = swz(ld_tok, ld_lane) + 16 i (the swizzle's
+    // XOR touches bits 0-2 only), so one base address and immediate offsets, not one register each
+    const uint32_t dd = smem_u32(ring + (tile % STAGES) * (BN * D) + swz(ld_tok, ld_lane) * 8);
+    const uint64_t pol = policy_evict_first();
+    static_assert(TPT == 16, "the swizzle shortcut needs 16 loader threads per token");
+#pragma unroll
+    for (int i = 0; i < (CHUNKS + TPT - 1) / TPT; ++i) {
+      if (ld_lane + TPT * i < CHUNKS) {
+        const void* s = src + (bytes ? (ld_lane + TPT * i) * 8 : 0);
+        if (evict_first) cp_async16_hint(dd + 256 * i, s, bytes, pol); else cp_async16(dd + 256 * i, s, bytes);
+      }
+    }
   };
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents, so no NaN path changes the timing
     for (int i = tid; i < RING_BYTES / 16; i += THREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
-  // prologue: pair 0 (slot ids read directly) and the index window for tiles 2, 3
-  // (a tile past the range is zeros: sub-tile b of an odd last pair still feeds PV, with P = 0)
+  // prologue: pair 0 and the index window for tiles 2 .. 1 + IDX_AHEAD
+  // (a tile past the range is zero-filled: sub-tile b of an odd last pair still feeds PV, with P = 0)
   if (loads) {
-    load_pair(0, true);
-    copy_ids(2);
+    load_tile(0, ids().slot_of(0));
+    load_tile(1, ids().slot_of(1));
+    for (int k = 2; k < 2 + IDX_AHEAD; ++k) ids().copy_index(k);
   }
   cp_async_commit();
 
@@ -245,7 +223,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   // partial S of sub-tile `sub` (tile `tile`) over this warp's 32 rows and 144 dims: the 3 row
   // groups other warps softmax go to their inboxes, this warp's own row group to `own`
   auto qk = [&](int tile, int sub, float* own) {
-    const __nv_bfloat16* kt = ring + (tile % STAGES) * STAGE_EL;
+    const __nv_bfloat16* kt = ring + (tile % STAGES) * (BN * D);
     float s[2][2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
@@ -259,7 +237,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     const int sb = (ln >> 3) & 1;
     auto addr = [&](int kk, int nt) {
       const int ch = (kk < 8 ? 16 * d + 2 * kk : 64 + 2 * d) + sb;
-      return smem_u32(kt + rc(8 * nt + (ln & 7), ch) * 8);
+      return smem_u32(kt + swz(8 * nt + (ln & 7), ch) * 8);
     };
     uint32_t b0[2], b1[2];
     ldsm_x2(addr(0, 0), b0[0], b0[1]);
@@ -289,27 +267,18 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   // softmax of pass `pair` for row srow: 8 values, one max round, P of both sub-tiles over the
   // first 16 bytes per lane of this warp's inbox
   auto softmax = [&](int pair, const float (&own)[2][4]) {
-    // with the bulk loader the thread index is re-read (asm volatile), so its row and lanes are
-    // formed here, not held through the pass (held, ptxas spilled them on sm_120); on sm_80-89
-    // the re-read made ptxas spill the pass count instead, so there it is the held index
-    int tn = tid;
-#if MLAV_BULK
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tn));
-#endif
-    const int sl = tn & 31, sw = tn >> 5, sq = sl & 3;
-    const int sr = (sw >> 2) * 32 + ((sw & 3) >> 1) * 16 + (sw & 1) * 8 + (sl >> 2);
-    float m_run = mrun_s[sr], l_run = lrun_s[tn];
+    float m_run = mrun_s[srow], l_run = lrun_s[tid];
     float v[2][4];
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub)
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[sub][i] = own[sub][i];
-    float4* inbox = xs + sw * INBOX;
+    float4* inbox = xs + warp * INBOX;
 #pragma unroll
     for (int slot = 0; slot < 3; ++slot)
 #pragma unroll
       for (int sub = 0; sub < 2; ++sub) {
-        const float4 t = inbox[(slot * 2 + sub) * 32 + sl];
+        const float4 t = inbox[(slot * 2 + sub) * 32 + lane];
         v[sub][0] += t.x; v[sub][1] += t.y; v[sub][2] += t.z; v[sub][3] += t.w;
       }
     const int tpos = it.p0 + pair * 2 * BN;
@@ -318,13 +287,13 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[sub][i] *= p.scale_log2;
     if (tpos + 2 * BN > it.S || tpos + 2 * BN > it.p1) {   // rare: mask facts recomputed here
-      const int rows = rows_of(), s_lr = row_base_of() + sr;
+      const int rows = rows_of(), s_lr = row_base_of() + srow;
       const int s_tq = s_lr < rows ? s_lr / H : 0;
 #pragma unroll
       for (int sub = 0; sub < 2; ++sub)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int pos = tpos + sub * BN + (i >> 1) * 8 + 2 * sq + (i & 1);
+          const int pos = tpos + sub * BN + (i >> 1) * 8 + 2 * qd + (i & 1);
           bool ok = pos < it.p1;
           if (ok && pos >= it.S && s_lr < rows) {
             const int dj = pos - it.S;
@@ -354,15 +323,15 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
         sum += pr[sub][i];
       }
     l_run = l_run * alpha + sum;
-    lrun_s[tn] = l_run;
-    if (sq == 0) mrun_s[sr] = m_run;
+    lrun_s[tid] = l_run;
+    if (qd == 0) mrun_s[srow] = m_run;
     // A-fragment words of rows g (d & 1 = 0: a0, a2) or g + 8 (a1, a3): tokens 2qd, 2qd + 1 and
     // 8 + 2qd, 9 + 2qd of each sub-tile; this thread read these 16 bytes above, nobody else does
-    reinterpret_cast<uint4*>(inbox)[sl] = make_uint4(pack_bf16(pr[0][0], pr[0][1]), pack_bf16(pr[0][2], pr[0][3]),
+    reinterpret_cast<uint4*>(inbox)[lane] = make_uint4(pack_bf16(pr[0][0], pr[0][1]), pack_bf16(pr[0][2], pr[0][3]),
                                                       pack_bf16(pr[1][0], pr[1][1]), pack_bf16(pr[1][2], pr[1][3]));
-    if (sq == 0) alpha_s[sr] = alpha;
+    if (qd == 0) alpha_s[srow] = alpha;
     const bool any = __any_sync(0xffffffffu, bump);
-    if (sl == 0) flag_s[sw] = any;
+    if (lane == 0) flag_s[warp] = any;
   };
 
   // PV of pass `pair`: O[this half's 32 rows, my 128 columns] = alpha * O + P V over both sub-tiles
@@ -388,7 +357,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     const int sb = ln >> 4;
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub) {
-      const __nv_bfloat16* vt = ring + ((2 * pair + sub) % STAGES) * STAGE_EL;
+      const __nv_bfloat16* vt = ring + ((2 * pair + sub) % STAGES) * (BN * D);
       uint32_t pa[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {                      // rows g from warp (r, 2m), g + 8 from (r, 2m + 1)
@@ -397,12 +366,12 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
         pa[m][0] = lo.x; pa[m][1] = hi.x; pa[m][2] = lo.y; pa[m][3] = hi.y;
       }
       uint32_t b[2][4];
-      ldsm_x4_t(smem_u32(vt + rc(tok, 16 * wd + sb) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
+      ldsm_x4_t(smem_u32(vt + swz(tok, 16 * wd + sb) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
       for (int n2 = 0; n2 < 8; ++n2) {
         if (n2 + 1 < 8) {
           uint32_t* nb = b[(n2 + 1) & 1];
-          ldsm_x4_t(smem_u32(vt + rc(tok, 16 * wd + 2 * (n2 + 1) + sb) * 8), nb[0], nb[1], nb[2], nb[3]);
+          ldsm_x4_t(smem_u32(vt + swz(tok, 16 * wd + 2 * (n2 + 1) + sb) * 8), nb[0], nb[1], nb[2], nb[3]);
         }
         const uint32_t* cb = b[n2 & 1];
 #pragma unroll
@@ -417,30 +386,20 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
 
   MLAV_TRACE_AT(TRACE_VERIFY, 2);
   for (int pass = 0; 2 * pass < n_tiles_of(); ++pass) {
-#if MLAV_BULK
-    if (loads) mbar_wait(smem_u32(smem + OFF_BAR + 8 * (pass & 1)), (pass >> 1) & 1);   // pair `pass` landed
-#endif
-    cp_async_wait<0>();                                   // this thread's cp.async copies (sm_80-89: the pair; ids)
+    cp_async_wait<0>();                                   // pair `pass` landed (this thread's copies)
     // pair `pass` visible; every warp is past its PV of the pair before, whose stages take the
     // next pair, and past its reads of that pass's P, whose bytes the QK below overwrites
     __syncthreads();
-#ifndef MLAV_LATE_ISSUE
     if (loads && 2 * pass + 2 < n_tiles_of()) {
-      load_pair(2 * pass + 2, false);
+      load_pair(2 * pass + 2);
       copy_ids(2 * pass + 2 + IDX_AHEAD);
     }
     cp_async_commit();
-#endif
     float own[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    if (do_qk) qk(2 * pass, 0, own[0]);
-#ifdef MLAV_LATE_ISSUE
-    if (loads && 2 * pass + 2 < n_tiles_of()) {
-      load_pair(2 * pass + 2, false);
-      copy_ids(2 * pass + 2 + IDX_AHEAD);
+    if (do_qk) {
+      qk(2 * pass, 0, own[0]);
+      qk(2 * pass + 1, 1, own[1]);
     }
-    cp_async_commit();
-#endif
-    if (do_qk) qk(2 * pass + 1, 1, own[1]);
     half_bar();
     if (do_sm) softmax(pass, own);
     half_bar();
@@ -450,44 +409,35 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   MLAV_TRACE_AT(TRACE_VERIFY, 3);
   __syncthreads();                                        // every warp is past its last PV: the ring is free
 
-  // ---- epilogue: finish each row's sum across its quad, then normalise (as rows64d); the thread's
-  // coordinates formed again from a fresh read of its index, not held through the loop (held,
-  // sm_120 spilled two of them across it)
+  // ---- epilogue: finish each row's sum across its quad, then normalise (as rows64d)
+  float* inv_s = reinterpret_cast<float*>(smem + OFF_INV);
+  float* lse_s = reinterpret_cast<float*>(smem + OFF_LSE);
   {
-    int tn;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tn));
-    const int e_lane = tn & 31, e_warp = tn >> 5, e_g = e_lane >> 2, e_qd = e_lane & 3;
-    const int e_r = e_warp >> 2, e_d = e_warp & 3;
-    const int e_srow = e_r * 32 + (e_d >> 1) * 16 + (e_d & 1) * 8 + e_g;
-    float* inv_s = reinterpret_cast<float*>(smem + OFF_INV);
-    float* lse_s = reinterpret_cast<float*>(smem + OFF_LSE);
-    {
-      const float m_run = mrun_s[e_srow];
-      float l = lrun_s[tn];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      if (e_qd == 0) {
-        inv_s[e_srow] = l > 0.f ? 1.f / l : 0.f;
-        lse_s[e_srow] = l > 0.f ? m_run + log2f(l) : -INFINITY;
-      }
+    const float m_run = mrun_s[srow];
+    float l = lrun_s[tid];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (qd == 0) {
+      inv_s[srow] = l > 0.f ? 1.f / l : 0.f;
+      lse_s[srow] = l > 0.f ? m_run + log2f(l) : -INFINITY;
     }
-    __syncthreads();
-    __nv_bfloat16* osm = ring;
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      const int r0 = e_r * 32 + m * 16 + e_g;
-      const float i0 = inv_s[r0], i1 = inv_s[r0 + 8];
-#pragma unroll
-      for (int n = 0; n < 16; ++n) {
-        const int col = e_d * 128 + n * 8 + 2 * e_qd;
-        *reinterpret_cast<uint32_t*>(osm + r0 * OSTRIDE + col) = pack_bf16(acc[m][n][0] * i0, acc[m][n][1] * i0);
-        *reinterpret_cast<uint32_t*>(osm + (r0 + 8) * OSTRIDE + col) = pack_bf16(acc[m][n][2] * i1, acc[m][n][3] * i1);
-      }
-    }
-    __syncthreads();
-    const int row_base = row_base_of();
-    store_tile<BM, OSTRIDE, THREADS>(p, it, osm, lse_s, rows_of(), row_base, (long long)it.qo0 * H + row_base, tn);
   }
+  __syncthreads();
+  __nv_bfloat16* osm = ring;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const int r0 = r * 32 + m * 16 + g;
+    const float i0 = inv_s[r0], i1 = inv_s[r0 + 8];
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      const int col = d * 128 + n * 8 + 2 * qd;
+      *reinterpret_cast<uint32_t*>(osm + r0 * OSTRIDE + col) = pack_bf16(acc[m][n][0] * i0, acc[m][n][1] * i0);
+      *reinterpret_cast<uint32_t*>(osm + (r0 + 8) * OSTRIDE + col) = pack_bf16(acc[m][n][2] * i1, acc[m][n][3] * i1);
+    }
+  }
+  __syncthreads();
+  const int row_base = row_base_of();
+  store_tile<BM, OSTRIDE, THREADS>(p, it, osm, lse_s, rows_of(), row_base, (long long)it.qo0 * H + row_base, tid);
 }
 
 }  // namespace rowspair

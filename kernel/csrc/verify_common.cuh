@@ -123,46 +123,6 @@ __device__ __forceinline__ uint64_t policy_kv(bool evict_first) {
   asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(pn));
   return evict_first ? pf : pn;
 }
-// Bulk copies (sm_90 and sm_120: the TMA unit's non-tensor form). A lane copies a whole
-// 16-byte-aligned row into shared memory with one instruction and the bytes complete on an
-// mbarrier, so a tile's copies are issued by a few lanes, not by every thread chunk by chunk.
-// Operands that differ across lanes become a short loop over the issuing lanes (ptxas: ELECT,
-// R2UR, UBLKCP). On sm_80-89 the tiers that use these keep cp.async (MLAV_BULK 0).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MLAV_NO_BULK)
-#define MLAV_BULK 1
-#else
-#define MLAV_BULK 0
-#endif
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// bulk copy of `bytes` (a multiple of 16) from 16-byte-aligned src to dst, counted on `bar`
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t pol) {
-#if MLAV_BULK
-  asm volatile("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol) : "memory");
-#endif
-}
-// makes mbar_init visible to the bulk copies (the async proxy); before the CTA barrier after init
-__device__ __forceinline__ void mbar_init_fence() {
-#if MLAV_BULK
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-// this phase's one arrival, announcing the bytes its copies will complete
-__device__ __forceinline__ void mbar_arrive_tx(uint32_t bar, uint32_t bytes) {
-#if MLAV_BULK
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-// wait until the phase with this parity has completed (its copies' bytes are visible)
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#if MLAV_BULK
-  asm volatile("{\n.reg .pred done;\nWAIT:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-               "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-#endif
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
