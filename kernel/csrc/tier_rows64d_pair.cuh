@@ -1,6 +1,7 @@
 // Tier rows64d_pair (tier id 9, opt-in: `tier=9`, never picked by default): rows64d (tier_rowsd.cuh,
 // HALVES = 2) with one barrier pair per 32 tokens instead of per 16 (issue 25's first non-MMA
-// rung). Same warps, same fragments, same math per 16-token sub-tile; what changes per pass of
+// rung). Same warps, same fragments and dims per warp (rows64d's: 16 dims of each 128-byte block),
+// same math per 16-token sub-tile; what changes per pass of
 // two sub-tiles a = 2p, b = 2p + 1:
 //   - one CTA barrier and two named barriers per half per 32 tokens (rows64d: per 16);
 //   - QK(a) then QK(b) by each warp, partial S stored per sub-tile; the softmax thread sums its
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     const long long grow0 = (long long)it.qo0 * H + row_base;
 #pragma unroll
     for (int kk = 0; kk < QK_STEPS; ++kk) {
-      const int k = kk < 8 ? 128 * d + 16 * kk : 512 + 16 * d;
+      const int k = 64 * kk + 16 * d;                    // chunks 8 kk + 2 d, + 1 (see qk)
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -235,10 +236,11 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     int ln;
     asm volatile("mov.u32 %0, %%laneid;" : "=r"(ln));
     const int sb = (ln >> 3) & 1;
-    auto addr = [&](int kk, int nt) {
-      const int ch = (kk < 8 ? 16 * d + 2 * kk : 64 + 2 * d) + sb;
-      return smem_u32(kt + swz(8 * nt + (ln & 7), ch) * 8);
-    };
+    // k-step kk reads chunks 8 kk + 2 d and + 1 of a row, i.e. 128-byte block kk, and n-tile 1 the
+    // rows 8 below n-tile 0's (the same row mod 8): the swizzle permutes within a block by the row
+    // mod 8, so every address is one base plus an immediate
+    const uint32_t kb = smem_u32(kt + swz(ln & 7, 2 * d + sb) * 8);
+    auto addr = [&](int kk, int nt) { return kb + 128 * kk + nt * 8 * CHUNKS * 16; };
     uint32_t b0[2], b1[2];
     ldsm_x2(addr(0, 0), b0[0], b0[1]);
     ldsm_x2(addr(0, 1), b1[0], b1[1]);
@@ -365,13 +367,15 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
         const uint2 hi = reinterpret_cast<const uint2*>(xs + (wr * 4 + 2 * m + 1) * INBOX + ln)[sub];
         pa[m][0] = lo.x; pa[m][1] = hi.x; pa[m][2] = lo.y; pa[m][3] = hi.y;
       }
+      // n-tiles 2 n2, 2 n2 + 1 are chunks 8 n2 + 2 wd, + 1 (columns 64 n2 + 16 wd .. + 15): block n2
+      const uint32_t vb = smem_u32(vt + swz(tok, 2 * wd + sb) * 8);
       uint32_t b[2][4];
-      ldsm_x4_t(smem_u32(vt + swz(tok, 16 * wd + sb) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
+      ldsm_x4_t(vb, b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
       for (int n2 = 0; n2 < 8; ++n2) {
         if (n2 + 1 < 8) {
           uint32_t* nb = b[(n2 + 1) & 1];
-          ldsm_x4_t(smem_u32(vt + swz(tok, 16 * wd + 2 * (n2 + 1) + sb) * 8), nb[0], nb[1], nb[2], nb[3]);
+          ldsm_x4_t(vb + 128 * (n2 + 1), nb[0], nb[1], nb[2], nb[3]);
         }
         const uint32_t* cb = b[n2 & 1];
 #pragma unroll
@@ -430,7 +434,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     const float i0 = inv_s[r0], i1 = inv_s[r0 + 8];
 #pragma unroll
     for (int n = 0; n < 16; ++n) {
-      const int col = d * 128 + n * 8 + 2 * qd;
+      const int col = (n >> 1) * 64 + d * 16 + (n & 1) * 8 + 2 * qd;   // n-tile n: chunk 8 (n / 2) + 2 d + n % 2
       *reinterpret_cast<uint32_t*>(osm + r0 * OSTRIDE + col) = pack_bf16(acc[m][n][0] * i0, acc[m][n][1] * i0);
       *reinterpret_cast<uint32_t*>(osm + (r0 + 8) * OSTRIDE + col) = pack_bf16(acc[m][n][2] * i1, acc[m][n][3] * i1);
     }

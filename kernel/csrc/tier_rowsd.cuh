@@ -2,14 +2,19 @@
 // MMA's M dimension, in 32-row pipelines ("halves") of 4 warps; HALVES = 2 gives 64-row CTAs
 // of 8 warps (rows64d), HALVES = 1 gives 32-row CTAs of 4 warps, two per SM (rows32d).
 // Warp w = 4 r + d: half r (rows 32 r .. 32 r + 31), quarter d.
-//   QK:  warp (r, d) keeps Q[its 32 rows, 144 dims of dim quarter d] in registers (latent dims
-//        128 d .. + 127 and rope dims 512 + 16 d .. + 15: 9 k-steps x 2 m-tiles) and computes
-//        partial S[32 rows, 16 tokens]: each K fragment feeds 4 MMAs.
+//   QK:  warp (r, d) keeps Q[its 32 rows, 144 dims of dim quarter d] in registers (k-step kk
+//        = dims 64 kk + 16 d .. + 15, kk = 0..8, the last one rope: 9 k-steps x 2 m-tiles) and
+//        computes partial S[32 rows, 16 tokens]: each K fragment feeds 4 MMAs. Quarter d takes
+//        16 dims of every 128-byte block of a row, not 2 blocks of its own, because the swizzle
+//        permutes 16-byte chunks within a block by the row: a lane's chunk is then at the same
+//        place in every block, so its 9 K addresses are one base plus immediates (with whole
+//        blocks a quarter, each k-step mod 4 needed an address of its own).
 //   softmax: warp (r, d) sums the four dim-quarter partials of 8 rows of its half (a quad per
 //        row, 4 tokens per thread; the partials are stored in the order this read wants, one
 //        conflict-free 16-byte load each), keeps the running max stale until a row's max
 //        exceeds it by 2^8 (P <= 256 in bf16, so rescaling O is rare), writes P as A fragments.
-//   PV:  warp (r, d) owns O[its 32 rows, columns 128 d .. + 127] (128 registers).
+//   PV:  warp (r, d) owns O[its 32 rows, columns 64 b + 16 d .. + 15 of blocks b = 0..7] (128
+//        registers; V addresses one base plus immediates, as K's).
 // A half synchronises its 4 warps with named barriers. With two halves, they meet once per
 // tile, at the CTA barrier that also rotates the KV ring, at different points of their tile:
 // half 0 runs QK(j), softmax(j), PV(j); half 1 runs softmax(j-1), PV(j-1), QK(j); so while
@@ -230,7 +235,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   uint32_t qa[QK_STEPS][2][4];
 #pragma unroll
   for (int kk = 0; kk < QK_STEPS; ++kk) {
-    const int k = kk < 8 ? 128 * d + 16 * kk : 512 + 16 * d;
+    const int k = 64 * kk + 16 * d;                      // chunks 8 kk + 2 d, + 1 (see qk)
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -274,15 +279,17 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       for (int n = 0; n < 2; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.f;
     const int tok = ((lane >> 4) << 3) + (lane & 7);
     const int sub = (lane >> 3) & 1;
+    // k-step kk reads chunks 8 kk + 2 d and + 1 of a row, i.e. 128-byte block kk: the swizzle
+    // permutes within a block only, so every k-step's address is this one plus 128 kk bytes
+    const uint32_t kb = smem_u32(kt + swz(tok, 2 * d + sub) * 8);
     uint32_t b[2][4];
     // the fragment of k-step kk + 1 is requested before the MMAs of kk (asm volatile keeps order)
-    ldsm_x4(smem_u32(kt + swz(tok, 16 * d + sub) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
+    ldsm_x4(kb, b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
     for (int kk = 0; kk < QK_STEPS; ++kk) {
       if (kk + 1 < QK_STEPS) {
-        const int ch = (kk + 1 < 8 ? 16 * d + 2 * (kk + 1) : 64 + 2 * d) + sub;
         uint32_t* nb = b[(kk + 1) & 1];
-        ldsm_x4(smem_u32(kt + swz(tok, ch) * 8), nb[0], nb[1], nb[2], nb[3]);
+        ldsm_x4(kb + 128 * (kk + 1), nb[0], nb[1], nb[2], nb[3]);
       }
       const uint32_t* cb = b[kk & 1];
       mma16816(s[0][0], qa[kk][0], cb[0], cb[1]);
@@ -378,13 +385,15 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     const int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
     const int sub = lane >> 4;
+    // n-tiles 2 n2, 2 n2 + 1 are chunks 8 n2 + 2 d, + 1 (columns 64 n2 + 16 d .. + 15): block n2
+    const uint32_t vb = smem_u32(vt + swz(tok, 2 * d + sub) * 8);
     uint32_t b[2][4];
-    ldsm_x4_t(smem_u32(vt + swz(tok, 16 * d + sub) * 8), b[0][0], b[0][1], b[0][2], b[0][3]);
+    ldsm_x4_t(vb, b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
     for (int n2 = 0; n2 < 8; ++n2) {
       if (n2 + 1 < 8) {
         uint32_t* nb = b[(n2 + 1) & 1];
-        ldsm_x4_t(smem_u32(vt + swz(tok, 16 * d + 2 * (n2 + 1) + sub) * 8), nb[0], nb[1], nb[2], nb[3]);
+        ldsm_x4_t(vb + 128 * (n2 + 1), nb[0], nb[1], nb[2], nb[3]);
       }
       const uint32_t* cb = b[n2 & 1];
 #pragma unroll
@@ -453,13 +462,18 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   __syncthreads();                                        // also: every warp is past its last PV
   // stage O (bf16, [64][OSTRIDE]: conflict-free pair stores) in the ring, then 16-byte stores
   __nv_bfloat16* osm = ring;
+  // the column base from the thread index re-read (asm volatile): formed here, not hoisted above
+  // the loop and held through it (held, rows32d spilled it on sm_120)
+  int tn;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tn));
+  const int col0 = ((tn >> 5) & 3) * 16 + 2 * (tn & 3);
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
     const int r0 = r * 32 + m * 16 + g;
     const float i0 = inv_s[r0], i1 = inv_s[r0 + 8];
 #pragma unroll
     for (int n = 0; n < 16; ++n) {
-      const int col = d * 128 + n * 8 + 2 * qd;
+      const int col = (n >> 1) * 64 + (n & 1) * 8 + col0;   // n-tile n: chunk 8 (n / 2) + 2 d + n % 2
       *reinterpret_cast<uint32_t*>(osm + r0 * OSTRIDE + col) = pack_bf16(acc[m][n][0] * i0, acc[m][n][1] * i0);
       *reinterpret_cast<uint32_t*>(osm + (r0 + 8) * OSTRIDE + col) = pack_bf16(acc[m][n][2] * i1, acc[m][n][3] * i1);
     }
