@@ -147,14 +147,24 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
     }
   };
-  // in the loop (bf16): the tile's copies and its slot ids, the lean way (slot_window.cuh)
+  // in the loop (bf16): the tile's copies and its slot ids, the lean way (slot_window.cuh). With two
+  // halves, half 1 alone copies (8 threads a token, 9 copies each) and warp 4 the slot ids: half 0
+  // starts its QK right after the CTA barrier while half 1, whose tile starts with a softmax,
+  // issues them (all 8 warps issuing at once left no MMA to cover the block, and half 0's first
+  // K loads queued behind the copies: Nsight Compute, kernel/NOTES.md)
+  constexpr bool HALF1_LOADS = HALVES == 2 && !FP8;
+  constexpr int IDS_WARP = HALF1_LOADS ? 4 : 0;
   auto load_lean = [&](int tile) {
-    copy_row_lean<TPT, BN, IDX_WIN, STAGES>(p, it, idx_win, ring, tile, ld_tok, ld_lane, evict_first);
+    if constexpr (HALF1_LOADS) {
+      if (r == 1) copy_row_lean<8, BN, IDX_WIN, STAGES>(p, it, idx_win, ring, tile, (tid & 127) >> 3, tid & 7, evict_first);
+    } else {
+      copy_row_lean<TPT, BN, IDX_WIN, STAGES>(p, it, idx_win, ring, tile, ld_tok, ld_lane, evict_first);
+    }
   };
   // (the slot-id copy stays written out in rowsd and small: as a shared function ptxas ordered
   // its compares differently, and the measured machine code is kept byte for byte)
   auto copy_ids = [&](int t) {
-    if (warp != 0 || lane >= BN || !p.kv_indices) return;
+    if (warp != IDS_WARP || lane >= BN || !p.kv_indices) return;
     const int pos = it.p0 + t * BN + lane;
     if (t >= n_tiles || pos >= it.p1 || pos >= it.S) return;
     const int isz = p.kv_indices_64 ? 8 : 4;
