@@ -30,10 +30,11 @@
 //     use by each half and four ring stages, an offset would leave no stage to stream into).
 // KV: the 4-stage ring as 2 pairs: pair p + 1 is issued at pass p's CTA barrier into the stages
 // pair p - 1 used and lands before pass p + 1 (36 KB in flight at the barrier, as rows64d's 2
-// tiles ahead). The copies are issued right after the barrier by all 8 warps at once, so that
-// block overlaps nothing: the first loader's ~230 instructions a warp a pass cost ~730 clocks a
+// tiles ahead). The copies are issued right after the barrier; by all 8 warps at once that block
+// overlapped nothing: the first loader's ~230 instructions a warp a pass cost ~730 clocks a
 // tile; the lean one below (slot id, one 32 x 32-bit address product, copies at immediate
-// offsets; slot ids by warp 0 alone) runs ~130 and costs ~350 (overlap rung, kernel/NOTES.md).
+// offsets) ran ~130 and cost ~350 (overlap rung, kernel/NOTES.md). Now half 1 alone issues them
+// and warp 4 the slot ids, while half 0 starts its QK.
 // The log2-LSE and 1 / l of the epilogue live in the ring's tail, past the O staging.
 // Partials and merge: rows64d's (combine<64>). bf16 pool only.
 #pragma once
@@ -110,31 +111,36 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   // id from the window, forms one base address (32 x 32 -> 64-bit products: slot ids and strides
   // are below 2^31) and issues its 4-5 copies at immediate offsets; past the range the base is the
   // pool's first row and nothing is read (src_bytes 0 zero-fills); the policy is a select
+  // Half 1 alone issues them (8 threads a token, 9 copies a tile each), so half 0 starts its QK at
+  // the CTA barrier with the copies' issue beside its MMAs (as rows64d; kernel/NOTES.md)
   auto load_pair = [&](int t) {
-    const int pos0 = it.p0 + t * BN + ld_tok, p1 = it.p1, S = it.S, qo0 = it.qo0;
+    if (r != 1) return;
+    constexpr int LT = THREADS / 2 / BN;                 // loader threads per token
+    const int l_tok = (tid & 127) / LT, l_lane = tid % LT;
+    const int pos0 = it.p0 + t * BN + l_tok, p1 = it.p1, S = it.S, qo0 = it.qo0;
     const bool idx = p.kv_indices != nullptr;
     const unsigned kv0 = (unsigned)it.kv0;
     const uint64_t pol = policy_kv(evict_first);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int tile = t + k, pos = pos0 + k * BN;
-      const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
+      const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + l_tok) * 8);
       const unsigned slot = idx ? e.x : kv0 + (unsigned)pos;   // (an 8-byte id's low word: ids < 2^31)
       const bool pre = pos < S, in = pos < p1;
       const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
       const unsigned row = pre ? slot : (unsigned)(qo0 + pos - S);
       const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
-      const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + ld_lane * 16;
+      const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + l_lane * 16;
       const int bytes = in ? 16 : 0;
-      const uint32_t dd = smem_u32(ring + (tile % STAGES) * (BN * D) + swz(ld_tok, ld_lane) * 8);
-      cp_async16_run<CHUNKS / TPT, TPT * 16>(dd, src, bytes, pol);
-      if (ld_lane < CHUNKS % TPT) cp_async16_at<CHUNKS / TPT * TPT * 16>(dd, src, bytes, pol);
+      const uint32_t dd = smem_u32(ring + (tile % STAGES) * (BN * D) + swz(l_tok, l_lane) * 8);
+      static_assert(CHUNKS % LT == 0 && LT % 8 == 0, "whole rows, chunks l_lane + LT i at immediate offsets");
+      cp_async16_run<CHUNKS / LT, LT * 16>(dd, src, bytes, pol);
     }
   };
-  // the slot ids of tiles t and t + 1 into the window: warp 0, one lane a token (the other warps
+  // the slot ids of tiles t and t + 1 into the window: warp 4, one lane a token (the other warps
   // skip it whole, not lane by lane); an 8-byte id is copied whole, its low word read
   auto copy_ids = [&](int t) {
-    if (warp != 0 || !p.kv_indices) return;
+    if (warp != 4 || !p.kv_indices) return;
     const int tile = t + (lane >> 4), tok = lane & 15, pos = it.p0 + tile * BN + tok;
     if (pos >= it.p1 || pos >= it.S) return;
     const int isz = p.kv_indices_64 ? 8 : 4;
