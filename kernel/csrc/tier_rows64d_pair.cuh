@@ -116,7 +116,9 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   auto load_pair = [&](int t) {
     if (r != 1) return;
     constexpr int LT = THREADS / 2 / BN;                 // loader threads per token
-    const int l_tok = (tid & 127) / LT, l_lane = tid % LT;
+    int tn;                                              // re-read: held, sm_80-89 spilled its lane
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tn));
+    const int l_tok = (tn & 127) / LT, l_lane = tn % LT;
     const int pos0 = it.p0 + t * BN + l_tok, p1 = it.p1, S = it.S, qo0 = it.qo0;
     const bool idx = p.kv_indices != nullptr;
     const unsigned kv0 = (unsigned)it.kv0;
