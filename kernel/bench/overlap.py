@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -114,7 +115,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="folder for overlap-<gpu>-<stamp>.json")
     ap.add_argument("--once", type=int, metavar="TIER", help="two centre calls of TIER (full, no loads), for a profiler")
-    ap.add_argument("--commit", default=None, help="the commit measured (default: this checkout's)")
+    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
+                    help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
     a = ap.parse_args(argv)
     if a.once is not None and a.once not in TIERS:
         print(f"error: --once: tier {a.once} is not one of {sorted(TIERS)}", file=sys.stderr)

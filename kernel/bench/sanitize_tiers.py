@@ -22,6 +22,7 @@ import torch
 from ..inputs import make_case
 from ..ops import FP8_TIERS, TIERS
 from ..reference import verify_attention_reference
+from .env import env_info, git_commit
 from .validate import run_checked
 
 # prefix lengths around 16-token tiles and 32-token pairs (a pair whose second tile is empty,
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--pools", default="bf16,fp8", help="bf16, fp8 or both (default)")
     ap.add_argument("--tool", default=os.environ.get("MLAV_SANITIZER_TOOL", "none"),
                     help="the sanitizer tool this runs under, for the file's name (default: none)")
+    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
+                    help="recorded with the results (default: $MLA_VERIFY_COMMIT, else git HEAD)")
     a = ap.parse_args(argv)
     pools = [p for p in a.pools.split(",") if p]
     bad = [p for p in pools if p not in ("bf16", "fp8")]
@@ -80,7 +83,8 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     ok = all(r["pass"] for r in rows)
-    (out / f"sanitize-tiers-{a.tool}.json").write_text(json.dumps({"tool": a.tool, "pass": ok, "rows": rows}, indent=1))
+    doc = {"tool": a.tool, "pass": ok, **env_info(a.commit or git_commit()), "rows": rows}
+    (out / f"sanitize-tiers-{a.tool}.json").write_text(json.dumps(doc, indent=1))
     print(f"{'pool':5s} {'tier':>4s} {'cases':>5s} {'failed':>6s} {'worst rel err':>13s}")
     for pool in pools:
         for t in sorted({r["tier"] for r in rows if r["pool"] == pool}):
