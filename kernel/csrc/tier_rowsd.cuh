@@ -24,7 +24,8 @@
 // KV: 4 stages of 16 tokens under L2 evict-first, AHEAD tiles in flight past the ones in use,
 // slot ids by cp.async IDX_AHEAD tiles earlier into a shared window (in the loop by lanes 0-15 of
 // warp 0, and the tile's copies issued by the lean loader, bf16 and fp8 alike; see
-// tier_rows64d_pair.cuh and the overlap rung in kernel/NOTES.md).
+// tier_rows64d_pair.cuh and the overlap rung in kernel/NOTES.md); rows64d on bf16 has warp 4 copy
+// the slot ids and half 1 alone the tile (see load_lean).
 // Partials (normalised bf16 O, fp32 log2-LSE) use the common layout and merge (combine<32 HALVES>).
 // FP8 (SGLang's fp8_e4m3 pool): the prefix rows stream as e4m3 bytes into S8 stages of their
 // own; in iteration j tile j + 1 is widened (widen_rows: exact bf16, draft rows from k_extend)
