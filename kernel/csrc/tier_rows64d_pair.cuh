@@ -107,12 +107,12 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   // shared memory: no register holds a tile count through the loop)
   auto n_tiles_of = [&]() { return (it.p1 - it.p0 + BN - 1) / BN; };
   auto ids = [&]() { return SlotWindow<BN, IDX_WIN>{p, it, idx_win, ld_tok, ld_lane, 1 << 30, it.p1, it.S}; };
-  // tiles t and t + 1 in one pass over the item's fields: per tile a thread reads its token's slot
-  // id from the window, forms one base address (32 x 32 -> 64-bit products: slot ids and strides
-  // are below 2^31) and issues its 4-5 copies at immediate offsets; past the range the base is the
-  // pool's first row and nothing is read (src_bytes 0 zero-fills); the policy is a select
-  // Half 1 alone issues them (8 threads a token, 9 copies a tile each), so half 0 starts its QK at
-  // the CTA barrier with the copies' issue beside its MMAs (as rows64d; kernel/NOTES.md)
+  // tiles t and t + 1 in one pass over the item's fields, by half 1 alone (8 threads a token), so
+  // half 0 starts its QK at the CTA barrier with the copies' issue beside its MMAs (as rows64d;
+  // kernel/NOTES.md): per tile a thread reads its token's slot id from the window, forms one base
+  // address (32 x 32 -> 64-bit products: slot ids and strides are below 2^31) and issues its 9
+  // copies at immediate offsets; past the range the base is the pool's first row and nothing is
+  // read (src_bytes 0 zero-fills); the policy is a select
   auto load_pair = [&](int t) {
     if (r != 1) return;
     constexpr int LT = THREADS / 2 / BN;                 // loader threads per token
