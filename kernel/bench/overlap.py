@@ -40,11 +40,10 @@ MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_m
 # (rungs/overlap-h200-20261202T1713.json): the lean loader, now every bf16 tier's production code;
 # measured and not kept (rungs/overlap-h200-20261202T2044.json, ...T2116.json: commit f772087's
 # tier 9 and its two variants): whole rows by cp.async.bulk on 1,168-byte padded rows, the bulk
-# copies issued after QK(a), and the lean cp.async on the padded rows
-# Measured now: tier 9's K read as rows64d reads it (one ldmatrix.x4 a k-step, requested a k-step
-# ahead; tier 10 of the same idea spilled on sm_120 and tied, deleted on 2026-12-02; with the K
-# addresses one base plus immediates it fits without spills)
-VARIANTS: dict[str, tuple[str, ...]] = {"qk_x4": ("MLAV_PAIR_QK_X4",)}
+# copies issued after QK(a), and the lean cp.async on the padded rows; measured and tied
+# (rungs/overlap-h200-20261203T0015.json: commit 931babd's MLAV_PAIR_QK_X4): tier 9's K read as
+# rows64d reads it, one ldmatrix.x4 a k-step requested a k-step ahead
+VARIANTS: dict[str, tuple[str, ...]] = {}
 # (T, tiers of the production library); any variants run tier 9 at each T
 SHAPES = ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9)))
 S, H = 185000, 8

@@ -249,26 +249,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     // mod 8, so every address is one base plus an immediate
     const uint32_t kb = smem_u32(kt + swz(ln & 7, 2 * d + sb) * 8);
     auto addr = [&](int kk, int nt) { return kb + 128 * kk + nt * 8 * CHUNKS * 16; };
-#ifdef MLAV_PAIR_QK_X4
-    // diagnostic build (kernel/bench/overlap.py VARIANTS): rows64d's K reads, one ldmatrix.x4 a
-    // k-step (both n-tiles: lanes 16-31 address tokens 8..15) requested a k-step ahead
-    (void)addr;
-    const uint32_t kb4 = smem_u32(kt + swz(((ln >> 4) << 3) + (ln & 7), 2 * d + sb) * 8);
-    uint32_t b[2][4];
-    ldsm_x4(kb4, b[0][0], b[0][1], b[0][2], b[0][3]);
-#pragma unroll
-    for (int kk = 0; kk < QK_STEPS; ++kk) {
-      if (kk + 1 < QK_STEPS) {
-        uint32_t* nb = b[(kk + 1) & 1];
-        ldsm_x4(kb4 + 128 * (kk + 1), nb[0], nb[1], nb[2], nb[3]);
-      }
-      const uint32_t* cb = b[kk & 1];
-      mma16816(s[0][0], qa[kk][0], cb[0], cb[1]);
-      mma16816(s[1][0], qa[kk][1], cb[0], cb[1]);
-      mma16816(s[0][1], qa[kk][0], cb[2], cb[3]);
-      mma16816(s[1][1], qa[kk][1], cb[2], cb[3]);
-    }
-#else
     uint32_t b0[2], b1[2];
     ldsm_x2(addr(0, 0), b0[0], b0[1]);
     ldsm_x2(addr(0, 1), b1[0], b1[1]);
@@ -281,7 +261,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
       mma16816(s[1][1], qa[kk][1], b1[0], b1[1]);
       if (kk + 1 < QK_STEPS) ldsm_x2(addr(kk + 1, 1), b1[0], b1[1]);
     }
-#endif
 #pragma unroll
     for (int rg = 0; rg < 4; ++rg) {                     // row group rg = (m, hr) is warp (r, rg)'s
       const int m = rg >> 1, hr = rg & 1;
