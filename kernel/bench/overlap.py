@@ -14,6 +14,7 @@ If the L2 rows close the gap, the loads' latency is what the ring does not cover
 cost is inside the SM (the copies' issue and shared-memory writes against QK's ldmatrix).
 
     python -m kernel.bench.overlap --out DIR          # JSON overlap-<gpu>-<stamp>.json, a table last
+    python -m kernel.bench.overlap --kv fp8_e4m3 --out DIR   # the same on SGLang's fp8 pool (its tiers)
     python -m kernel.bench.overlap --once 9           # two centre calls of tier 9 (full, no loads), for ncu
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..ops import TIERS, get_workspace, launch
 from .env import env_info, git_commit
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, shape_case, sm_clock_mhz
 from .sm120_estimate import tiles_per_cta
+from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
 
 MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_math": MODE_NO_MATH | MODE_NO_MERGE}
@@ -44,24 +46,26 @@ MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_m
 # (rungs/overlap-h200-20261203T0015.json: commit 931babd's MLAV_PAIR_QK_X4): tier 9's K read as
 # rows64d reads it, one ldmatrix.x4 a k-step requested a k-step ahead
 VARIANTS: dict[str, tuple[str, ...]] = {}
-# (T, tiers of the production library); any variants run tier 9 at each T
-SHAPES = ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9)))
+# (T, tiers of the production library) per pool; any variants run tier 9 at each T (bf16 only)
+SHAPES = {"auto": ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9))),
+          FP8_KV: ((1, (1,)), (8, (8, 6, 4)), (16, (8, 4)), (32, (8, 4)))}
+ROW_BYTES = {"auto": 1152, FP8_KV: 576}
 S, H = 185000, 8
 
 
-def l2_window_rows() -> int:
-    """Pool rows whose 1,152-byte rows take a third of this GPU's L2."""
-    return torch.cuda.get_device_properties(0).L2_cache_size // 3 // 1152
+def l2_window_rows(kv: str = "auto") -> int:
+    """Pool rows of the pool `kv` that take a third of this GPU's L2."""
+    return torch.cuda.get_device_properties(0).L2_cache_size // 3 // ROW_BYTES[kv]
 
 
-def _args(case, placement: str) -> tuple:
+def _args(case, placement: str, kv: str) -> tuple:
     args = list(case.args())
     if placement == "l2":
-        args[3] = args[3] % l2_window_rows()
+        args[3] = args[3] % l2_window_rows(kv)
     return tuple(args)
 
 
-def run() -> dict:
+def run(kv: str = "auto") -> dict:
     arch = "".join(map(str, torch.cuda.get_device_capability()))
     ws = get_workspace("cuda")
     mhz = sm_clock_mhz()["sm_max"] or 1980.0
@@ -70,25 +74,26 @@ def run() -> dict:
         log(f"overlap: building {name} ({' '.join(defs)}) for sm_{arch}")
         libs[name] = build.load((arch,), defines=defs)
     rows = []
-    for T, tiers in SHAPES:
-        case, o, lse = shape_case(S, T, H)
+    for T, tiers in SHAPES[kv]:
+        case, o, lse = shape_case(S, T, H, kv)
         builds = [(b, t) for t in tiers for b in libs if b == "production" or t == 9]
         for b, tier in builds:
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
             for placement in ("dram", "l2"):
-                args = _args(case, placement)
+                args = _args(case, placement, kv)
                 for mode_name, mode in MODES.items():
                     fn = lambda: launch(*args, o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
                                         lib=libs[b], **case.kwargs())
                     us = time_calls([fn]) * 1e3
-                    rows.append({"S": S, "T": T, "H": H, "tier": tier, "build": b, "defines": list(VARIANTS.get(b, ())),
+                    rows.append({"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": KV_DTYPE_NAMES[kv], "build": b, "defines": list(VARIANTS.get(b, ())),
                                  "placement": placement, "mode": mode_name, "time_us": us, "tiles_per_cta": tiles,
                                  "clk_per_tile": us * mhz / tiles})
-                    log(f"overlap T={T} tier {tier} {b:18s} {placement:4s} {mode_name:8s} {us:8.1f} us "
+                    log(f"overlap {KV_DTYPE_NAMES[kv]} T={T} tier {tier} {b:18s} {placement:4s} {mode_name:8s} {us:8.1f} us "
                         f"{us * mhz / tiles:7.0f} clk/tile")
         del case, o, lse
         torch.cuda.empty_cache()
-    return {"kind": "overlap", "clock_assumed_mhz": mhz, "l2_window_rows": l2_window_rows(), "rows": rows}
+    return {"kind": "overlap", "kv_dtype": KV_DTYPE_NAMES[kv], "clock_assumed_mhz": mhz,
+            "l2_window_rows": l2_window_rows(kv), "rows": rows}
 
 
 def table(doc: dict) -> list[str]:
@@ -116,6 +121,8 @@ def once(tier: int) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="folder for overlap-<gpu>-<stamp>.json")
+    ap.add_argument("--kv", choices=sorted(SHAPES), default="auto",
+                    help="the pool: auto (bf16, default) or fp8_e4m3 (SGLang's fp8 pool, at its tiers)")
     ap.add_argument("--once", type=int, metavar="TIER", help="two centre calls of TIER (full, no loads), for a profiler")
     ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
                     help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
@@ -133,11 +140,12 @@ def main(argv=None) -> int:
         once(a.once)
         return 0
     info = env_info(a.commit or git_commit())
-    doc = dict(info, **run())
+    doc = dict(info, **run(a.kv))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = info["date"].replace(":", "").replace("-", "")[:13]
-    path = out / f"overlap-{info['gpu'].split()[-1].lower()}-{stamp}.json"
+    pool = "" if a.kv == "auto" else "-fp8"
+    path = out / f"overlap{pool}-{info['gpu'].split()[-1].lower()}-{stamp}.json"
     path.write_text(json.dumps(doc, indent=1))
     log(f"wrote {path}")
     print("\n".join(table(doc)))

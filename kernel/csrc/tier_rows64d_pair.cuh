@@ -54,9 +54,6 @@ constexpr int OSTRIDE = DV + 8;                        // padded bf16 row of the
 constexpr float RESCALE_LOG2 = 8.f;                    // keep a stale max up to 2^8 below the true one
 constexpr int TPT = THREADS / BN;                      // loader threads per token
 
-__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& a, uint32_t& b) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(a), "=r"(b) : "r"(addr));
-}
 // partial S: [warp (reader)][writer slot 0..2][sub-tile][lane] float4: 3 KB per reading warp
 constexpr int INBOX = 3 * 2 * 32;                      // float4 entries per reading warp
 constexpr int XS_BYTES = WARPS * INBOX * 16;           // 24,576

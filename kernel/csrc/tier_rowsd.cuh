@@ -27,14 +27,25 @@
 // tier_rows64d_pair.cuh and the overlap rung in kernel/NOTES.md); rows64d on bf16 has warp 4 copy
 // the slot ids and half 1 alone the tile (see load_lean).
 // Partials (normalised bf16 O, fp32 log2-LSE) use the common layout and merge (combine<32 HALVES>).
-// FP8 (SGLang's fp8_e4m3 pool): the prefix rows stream as e4m3 bytes into S8 stages of their
-// own; in iteration j tile j + 1 is widened (widen_rows: exact bf16, draft rows from k_extend)
-// into the third of three bf16 stages (QK(j) and PV(j - 1) read the other two), so the math
-// reads bf16 exactly as above: by all warps right after the CTA barrier (rows64d), or by the
-// half after its MMAs (rows32d, Layout::WIDEN_LATE; with two halves, half r would take rows
-// 8r .. 8r + 7). k_scale folds into the prefix logits' scale and v_scale into the prefix P (l
-// sums the unscaled P).
+// FP8 (SGLang's fp8_e4m3 pool): small8's numerics on this schedule. The prefix rows stream as
+// e4m3 bytes into rows padded to 592 B (8 rows of one 16-byte column in 8 bank groups, so no
+// swizzle) and the MMAs read them straight from there, converted to f16 in registers (exact;
+// e4m3.cuh), as f16 MMAs: no bf16 copy of a tile is written and no barrier sits between a
+// tile's copy and its MMAs. QK: ldmatrix reads a row's bytes as b16 pairs, so a lane holds dims
+// 4 qd .. 4 qd + 3 of its token where the B fragment wants 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9;
+// Q's A fragments take the same permutation of each 16 dims (quarter d: dims 144 d .. + 143), as
+// f16 times 2^-qe (qe per CTA, so that max |q| < 2^15; 2^qe joins the logits' scale). PV:
+// ldmatrix.trans of bytes gives a lane tokens 2 qd, 2 qd + 1 of the byte pair 2 g, 2 g + 1, so
+// one byte_perm splits it into two n-tiles, the even and the odd columns (warp d: columns
+// 128 d .. + 127; the epilogue puts them back). P enters f16 unscaled (<= 2^8 with the stale
+// max). Draft rows (positions >= S, bf16 rows of k_extend, L2-resident) are tiles of their own
+// after the prefix tiles, read from global memory by bf16 MMAs (Q reloaded as bf16, the same
+// permutations) into the same accumulators. k_scale folds into the prefix logits' scale;
+// v_scale into the draft P (as 1 / v_scale) and the final normalisation (l sums the unscaled P).
 #pragma once
+#include <type_traits>
+
+#include "e4m3.cuh"
 #include "slot_window.cuh"
 #include "verify_common.cuh"
 
@@ -55,19 +66,16 @@ struct Layout {
   static constexpr int THREADS = 128 * HALVES;
   static constexpr int WARPS = THREADS / 32;
   static constexpr int TPT = THREADS / BN;             // loader threads per token
-  static constexpr int AHEAD = HALVES == 2 ? 2 : 3;    // tiles issued ahead of the one in use
+  // bf16: 4 stages of 18 KB, AHEAD tiles issued past the ones in use (one tile per half with
+  // two halves). fp8: 8 stages of e4m3 tiles in 592-byte rows (9.25 KB), 6 or 7 ahead: about as
+  // many bytes in flight as the bf16 ring
+  static constexpr int KST = FP8 ? 8 : STAGES;         // ring stages
+  static constexpr int AHEAD = FP8 ? (HALVES == 2 ? 6 : 7) : (HALVES == 2 ? 2 : 3);
+  static constexpr int ROW8 = D + 16;                  // fp8: a stage row, 37 16-byte groups
+  static constexpr int STAGE8 = BN * ROW8;
   static constexpr int XS_BYTES = WARPS * 4 * 32 * 16; // partial S: [warp][row group][lane] float4
   static constexpr int PS_BYTES = 2 * HALVES * 32 * 16;   // P: [m-tile][lane] A fragment (uint4)
-  // fp8: NB bf16 stages and S8 e4m3 stages, as many as fit (at most IDX_AHEAD + 1: the slot-id
-  // window runs that far ahead of the copies)
-  static constexpr int NB = 3;
-  static constexpr int OTHER = XS_BYTES + PS_BYTES + BM * 12 + WARPS * 4 + 16 + IDX_WIN * BN * 8 +
-                               (int)((sizeof(Item) + 15) / 16 * 16);
-  static constexpr int S8_FIT = (99 * 1024 - OTHER - NB * TILE_BYTES) / TILE8_BYTES;
-  // (bf16: 1, unused, so that the fp8-only code's modulo stays defined where it is compiled)
-  static constexpr int S8 = FP8 ? (S8_FIT < IDX_AHEAD + 1 ? S8_FIT : IDX_AHEAD + 1) : 1;
-  static constexpr int KST = FP8 ? NB : STAGES;        // bf16 stages the MMAs read
-  static constexpr int RING = FP8 ? NB * TILE_BYTES + S8 * TILE8_BYTES : RING_BYTES;
+  static constexpr int RING = FP8 ? KST * STAGE8 : RING_BYTES;
   static constexpr int OFF_XS = RING;
   static constexpr int OFF_PS = OFF_XS + XS_BYTES;
   static constexpr int OFF_ALPHA = OFF_PS + PS_BYTES;  // [BM] rescale of the running O
@@ -76,17 +84,12 @@ struct Layout {
   static constexpr int OFF_LSE = OFF_INV + BM * 4;     // [BM] log2-LSE at the end
   static constexpr int OFF_IDX = (OFF_LSE + BM * 4 + 15) / 16 * 16;   // [IDX_WIN][BN] slot ids, 8 B each
   static constexpr int OFF_ITEM = OFF_IDX + IDX_WIN * BN * 8;        // this CTA's Item
-  static constexpr int SMEM = OFF_ITEM + (int)((sizeof(Item) + 15) / 16 * 16);
+  static constexpr int OFF_FP8 = OFF_ITEM + (int)((sizeof(Item) + 15) / 16 * 16);   // fp8: n_main, pscale
+  static constexpr int SMEM = OFF_FP8 + (FP8 ? 16 : 0);
   static constexpr int MIN_BLOCKS = HALVES == 1 ? 2 : 1;
   static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
   static_assert(BM * OSTRIDE * 2 <= RING, "the output staging reuses the ring");
-  static_assert(!FP8 || S8 >= 2, "fp8: one e4m3 stage widened while the next streams in");
-  // fp8 widen schedule, measured on the H200 (kernel/NOTES.md): rows32d widens after its PV,
-  // two chunks per shared-memory round trip (T = 4: 115 us against 123 for the plain loop
-  // before the QK); rows64d keeps the plain loop before the QK, the only one of four
-  // schedules without a spill on every target (the other three were at most 7 % faster)
-  static constexpr bool WIDEN_LATE = HALVES == 1;
-  static constexpr int WIDEN_BATCH = HALVES == 1 ? 2 : 0;
+  static_assert(KST >= AHEAD + HALVES, "a stage is refilled only after both halves are past it");
   static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 };
 
@@ -122,13 +125,23 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   float* inv_s = reinterpret_cast<float*>(smem + Lo::OFF_INV);
   float* lse_s = reinterpret_cast<float*>(smem + Lo::OFF_LSE);
   uint8_t* idx_win = smem + Lo::OFF_IDX;
-  uint8_t* ring8 = smem + Lo::NB * TILE_BYTES;            // fp8 only: the e4m3 stages
+  uint8_t* ring8 = smem;                                  // fp8: the e4m3 stages
   const bool evict_first = !(p.mode & MODE_PLAIN_CACHE);
 
   // ---- KV producer: thread -> token tid / TPT of a tile, 16-byte chunks (tid % TPT) + TPT i
   const int ld_tok = tid / TPT, ld_lane = tid % TPT;
-  const int n_tiles = (it.p1 - it.p0 + BN - 1) / BN;
-  const SlotWindow<BN, IDX_WIN> ids{p, it, idx_win, ld_tok, ld_lane, n_tiles, it.p1, it.S};
+  // tiles: bf16, one range [p0, p1) through the ring; fp8, n_main prefix tiles over [p0, pe)
+  // through the ring, then the draft tiles over [ts, p1), read from k_extend. In the loop pe, ts
+  // and n_main are read from shared memory where used, not held (as the item's fields)
+  auto pe = [&]() { return min(it.p1, it.S); };
+  auto ts = [&]() { return max(it.p0, it.S); };
+  int* nmain_s = reinterpret_cast<int*>(smem + Lo::OFF_FP8);
+  float* pscale_s = reinterpret_cast<float*>(smem + Lo::OFF_FP8 + 4);
+  const int n_main0 = FP8 ? (pe() > it.p0 ? (pe() - it.p0 + BN - 1) / BN : 0) : 0;
+  const int n_tiles = FP8 ? n_main0 + (it.p1 > ts() ? (it.p1 - ts() + BN - 1) / BN : 0) : (it.p1 - it.p0 + BN - 1) / BN;
+  if (FP8 && tid == 0) *nmain_s = n_main0;                // read after the prologue's barrier
+  auto n_main = [&]() { return *nmain_s; };
+  const SlotWindow<BN, IDX_WIN> ids{p, it, idx_win, ld_tok, ld_lane, FP8 ? n_main0 : n_tiles, it.p1, it.S};
   auto load_tile = [&](int tile, long long slot) {
     int pos = it.p0 + tile * BN + ld_tok;
     const __nv_bfloat16* src = nullptr;
@@ -154,7 +167,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // issues them (all 8 warps issuing at once left no MMA to cover the block, and half 0's first
   // K loads queued behind the copies: Nsight Compute, kernel/NOTES.md)
   constexpr bool HALF1_LOADS = HALVES == 2 && !FP8;
-  constexpr int IDS_WARP = HALF1_LOADS ? 4 : 0;
+  constexpr int IDS_WARP = HALVES == 2 ? 4 : 0;   // (fp8 too: its copies are half 1's as well)
   auto load_lean = [&](int tile) {
     if constexpr (HALF1_LOADS) {
       if (r == 1) copy_row_lean<8, BN, IDX_WIN, STAGES>(p, it, idx_win, ring, tile, (tid & 127) >> 3, tid & 7, evict_first);
@@ -174,53 +187,48 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
     else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
   };
-  // fp8: the e4m3 prefix rows only; widen_rows writes the draft rows and zeros past p1
-  // (the prologue's first tiles, slot ids read directly)
+  // fp8, the prologue's first tiles (slot ids read directly): the prefix rows of a prefix tile;
+  // its rows past pe are zero-filled (their logits are masked, so P = 0 there, and V must not be
+  // NaN: 0 * NaN; a stale 0x7f byte is one after the convert)
   auto load_tile8 = [&](int tile, long long slot) {
+    if (tile >= n_main0) return;
     const int pos = it.p0 + tile * BN + ld_tok;
-    if (tile >= n_tiles || pos >= it.p1 || pos >= it.S) return;
-    const uint8_t* src = p.kv8 + slot * p.kv_stride;
-    uint8_t* dst = ring8 + (tile % Lo::S8) * TILE8_BYTES + ld_tok * D;
+    const bool ok = pos < it.p1 && pos < it.S;
+    const uint8_t* src = ok ? p.kv8 + slot * p.kv_stride : p.kv8;
+    uint8_t* dst = ring8 + (tile % Lo::KST) * Lo::STAGE8 + ld_tok * Lo::ROW8;
     const uint64_t pol = policy_evict_first();
 #pragma unroll
     for (int i = 0; i < (CHUNKS8 + TPT - 1) / TPT; ++i) {
       const int ch = ld_lane + TPT * i;
       if (ch < CHUNKS8) {
-        if (evict_first) cp_async16_hint(smem_u32(dst + ch * 16), src + ch * 16, 16, pol);
-        else cp_async16(smem_u32(dst + ch * 16), src + ch * 16, 16);
+        const void* s = src + (ok ? ch * 16 : 0);
+        if (evict_first) cp_async16_hint(smem_u32(dst + ch * 16), s, ok ? 16 : 0, pol);
+        else cp_async16(smem_u32(dst + ch * 16), s, ok ? 16 : 0);
       }
     }
   };
-  // fp8 in the loop, the lean way (as load_lean): the slot id from the window, one base address
-  // (a 32 x 32-bit product: slot ids and strides are below 2^31), the copies at immediate offsets
-  // (chunk ld_lane + TPT i is 16 TPT i bytes past chunk ld_lane in the pool row and in the
-  // unswizzled stage row), the L2 policy a select; draft rows and rows past p1 copy nothing, as
-  // above (widen_rows does not read their e4m3 bytes)
+  // fp8 in the loop, the lean way (as load_lean; half 1 alone with two halves, 8 threads a token):
+  // the slot id from the window, one base address (a 32 x 32-bit product: slot ids and strides are
+  // below 2^31), the copies at immediate offsets (chunk part + 8 i is 128 i bytes past chunk part
+  // in the pool row and in the padded stage row), the L2 policy a select; rows past pe as above
   auto load_lean8 = [&](int tile) {
-    const int pos = it.p0 + tile * BN + ld_tok;
-    if (pos >= it.p1 || pos >= it.S) return;
-    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + ld_tok) * 8);
+    if (HALVES == 2 && r != 1) return;
+    const int tok = (tid & 127) >> 3, part = tid & 7;
+    const int pos = it.p0 + tile * BN + tok;
+    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((tile % IDX_WIN) * BN + tok) * 8);
     const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;   // (an 8-byte id's low word)
-    const uint8_t* src = p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride + ld_lane * 16;
-    const uint32_t dd = smem_u32(ring8 + (tile % Lo::S8) * TILE8_BYTES + ld_tok * D + ld_lane * 16);
+    const bool ok = pos < it.p1 && pos < it.S;
+    const uint8_t* src = (ok ? p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride : p.kv8) + part * 16;
+    const int bytes = ok ? 16 : 0;
+    const uint32_t dd = smem_u32(ring8 + (tile % Lo::KST) * Lo::STAGE8 + tok * Lo::ROW8 + part * 16);
     const uint64_t pol = policy_kv(evict_first);
-    cp_async16_run<CHUNKS8 / TPT, TPT * 16>(dd, src, 16, pol);
-    if constexpr (CHUNKS8 % TPT != 0)
-      if (ld_lane < CHUNKS8 % TPT) cp_async16_at<CHUNKS8 / TPT * TPT * 16>(dd, src, 16, pol);
+    cp_async16_run<CHUNKS8 / 8, 128>(dd, src, bytes, pol);
+    if (part < CHUNKS8 % 8) cp_async16_at<CHUNKS8 / 8 * 128>(dd, src, bytes, pol);
   };
   auto load = [&](int tile, long long slot) {
     if constexpr (FP8) load_tile8(tile, slot); else load_tile(tile, slot);
   };
-  auto widen = [&](int tile) {     // by all threads
-    widen_rows<THREADS, BN, Lo::WIDEN_BATCH>(p, it.p0, it.p1, it.S, it.qo0, tile, tid, 0, ring8 + (tile % Lo::S8) * TILE8_BYTES,
-                            ring + (tile % Lo::KST) * (BN * D));
-  };
-  auto widen_half = [&](int tile) {   // by this half: its share of the rows
-    widen_rows<128, BN / HALVES, Lo::WIDEN_BATCH>(p, it.p0, it.p1, it.S, it.qo0, tile, tid & 127, r * (BN / HALVES),
-                                 ring8 + (tile % Lo::S8) * TILE8_BYTES, ring + (tile % Lo::KST) * (BN * D));
-  };
-  constexpr bool late = FP8 && Lo::WIDEN_LATE;
-  constexpr int AH = FP8 ? Lo::S8 : AHEAD;                // tiles issued before the first is used
+  constexpr int AH = AHEAD;                               // tiles issued before the first is used
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents, so no NaN path changes the timing
     for (int i = tid; i < Lo::RING / 16; i += THREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
@@ -233,11 +241,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (t == 0 && loads)
       for (int k = AH; k < AH + IDX_AHEAD; ++k) ids.copy_index(k);
     cp_async_commit();
-  }
-  if constexpr (FP8) {                                    // tile 0 in bf16 before the loop's barrier
-    cp_async_wait<AH - 1>();
-    __syncthreads();
-    if (n_tiles > 0) widen(0);
   }
 
   // ---- Q A fragments straight from global memory (L2-resident after the first CTA):
@@ -253,11 +256,51 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       for (int h = 0; h < 2; ++h) {
         const int row = r * 32 + m * 16 + g + 8 * h;
         const bool ok = row_base + row < rows;
-        const uint32_t* src = reinterpret_cast<const uint32_t*>(p.q + (grow0 + (ok ? row : 0)) * D + k + 2 * qd);
-        qa[kk][m][h] = ok ? __ldg(src) : 0u;
-        qa[kk][m][2 + h] = ok ? __ldg(src + 4) : 0u;
+        if constexpr (FP8) {   // dims 16 (9 d + kk) + 4 qd .. + 3: the e4m3 fragments' order (top)
+          const uint2 v = ok ? __ldg(reinterpret_cast<const uint2*>(p.q + (grow0 + row) * D + 16 * (9 * d + kk) + 4 * qd))
+                             : make_uint2(0u, 0u);
+          qa[kk][m][h] = v.x;
+          qa[kk][m][2 + h] = v.y;
+        } else {
+          const uint32_t* src = reinterpret_cast<const uint32_t*>(p.q + (grow0 + (ok ? row : 0)) * D + k + 2 * qd);
+          qa[kk][m][h] = ok ? __ldg(src) : 0u;
+          qa[kk][m][2 + h] = ok ? __ldg(src + 4) : 0u;
+        }
       }
   }
+  // fp8: q as f16 times 2^-qe, qe from the CTA's max |q| so that it stays below 2^15; 2^qe (and
+  // the e4m3 convert's 2^KV16_SHIFT) go into the prefix logits' scale, pscale_s
+  if constexpr (FP8) {
+    auto each_q = [&](auto f) {
+#pragma unroll
+      for (int kk = 0; kk < QK_STEPS; ++kk)
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) f(qa[kk][m][i]);
+    };
+    float mq = 0.f;
+    each_q([&](uint32_t x) {
+      const float2 f = unpack_bf16(x);
+      mq = fmaxf(mq, fmaxf(fabsf(f.x), fabsf(f.y)));
+    });
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mq = fmaxf(mq, __shfl_xor_sync(0xffffffffu, mq, o));
+    float* qmax_s = reinterpret_cast<float*>(xs);         // (xs is free until the first QK)
+    if (lane == 0) qmax_s[warp] = mq;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < Lo::WARPS; ++w) mq = fmaxf(mq, qmax_s[w]);
+    const int qe = mq >= 16384.f ? ilogbf(mq) - 13 : 0;
+    const float sc = ldexpf(1.f, -qe);
+    each_q([&](uint32_t& x) {
+      const float2 f = unpack_bf16(x);
+      x = f16x2_of(f.x * sc, f.y * sc);
+    });
+    if (tid == 0) *pscale_s = p.kscale_log2 * ldexpf(1.f, qe + KV16_SHIFT);   // read after the loop's barrier
+  }
+  // fp8: the first KV position of tile j (prefix tiles, then draft tiles)
+  auto tile_pos = [&](int j) { return FP8 && j >= n_main() ? ts() + (j - n_main()) * BN : it.p0 + j * BN; };
 
   // softmax thread: row srow of the tile, tokens 2qd, 2qd + 1, 8 + 2qd, 9 + 2qd of a tile
   const int srow = r * 32 + (d >> 1) * 16 + (d & 1) * 8 + g;
@@ -281,32 +324,81 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
 
   // partial S of tile `tile` over this warp's 32 rows and 144 dims -> xs, stored per row
   // group (2 m + hr) in the order the softmax reads it
-  auto qk = [&](int tile) {
-    const __nv_bfloat16* kt = ring + (tile % Lo::KST) * (BN * D);
+  // (draft_tag, std::bool_constant: the draft tiles' copy of the loop, fp8 only; see the loop)
+  auto qk = [&](int tile, auto draft_tag) {
+    constexpr bool DRAFT = decltype(draft_tag)::value;
     float s[2][2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int n = 0; n < 2; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.f;
-    const int tok = ((lane >> 4) << 3) + (lane & 7);
-    const int sub = (lane >> 3) & 1;
-    // k-step kk reads chunks 8 kk + 2 d and + 1 of a row, i.e. 128-byte block kk: the swizzle
-    // permutes within a block only, so every k-step's address is this one plus 128 kk bytes
-    const uint32_t kb = smem_u32(kt + swz(tok, 2 * d + sub) * 8);
-    uint32_t b[2][4];
-    // the fragment of k-step kk + 1 is requested before the MMAs of kk (asm volatile keeps order)
-    ldsm_x4(kb, b[0][0], b[0][1], b[0][2], b[0][3]);
+    if constexpr (FP8) {
+      if constexpr (!DRAFT) {
+        // e4m3: lanes 0-7 address tokens 0-7, lanes 8-15 tokens 8-15 at the 16-byte column
+        // 9 d + kk, so one ldmatrix.x2 holds both n-tiles of k-step kk (requested a k-step
+        // ahead); a register's 4 bytes are dims 4 qd .. + 3 of token g: b0, b1 of one MMA
+        const uint8_t* kt = ring8 + (tile % Lo::KST) * Lo::STAGE8;
+        const uint32_t kb = smem_u32(kt + (lane & 15) * Lo::ROW8 + 9 * d * 16);
+        uint32_t b[2][2];
+        ldsm_x2(kb, b[0][0], b[0][1]);
 #pragma unroll
-    for (int kk = 0; kk < QK_STEPS; ++kk) {
-      if (kk + 1 < QK_STEPS) {
-        uint32_t* nb = b[(kk + 1) & 1];
-        ldsm_x4(kb + 128 * (kk + 1), nb[0], nb[1], nb[2], nb[3]);
+        for (int kk = 0; kk < QK_STEPS; ++kk) {
+          if (kk + 1 < QK_STEPS) ldsm_x2(kb + 16 * (kk + 1), b[(kk + 1) & 1][0], b[(kk + 1) & 1][1]);
+          const uint32_t* cb = b[kk & 1];
+          const uint32_t x0 = e4m3x2_to_f16x2(cb[0]), x1 = e4m3x2_to_f16x2(cb[0] >> 16);
+          const uint32_t y0 = e4m3x2_to_f16x2(cb[1]), y1 = e4m3x2_to_f16x2(cb[1] >> 16);
+          mma16816<true>(s[0][0], qa[kk][0], x0, x1);
+          mma16816<true>(s[1][0], qa[kk][1], x0, x1);
+          mma16816<true>(s[0][1], qa[kk][0], y0, y1);
+          mma16816<true>(s[1][1], qa[kk][1], y0, y1);
+        }
+      } else {   // draft rows: bf16 from k_extend and q reloaded as bf16, in the same dim order
+        // (a rare tile, so the fewest live registers: every address is formed in the k-step from
+        // an opaque copy of its index, which keeps ptxas from hoisting them all and holding them)
+        const int pos0 = tile_pos(tile) + g;
+#pragma unroll 1
+        for (int kk = 0; kk < QK_STEPS; ++kk) {
+          int kx;
+          asm volatile("mov.b32 %0, %1;" : "=r"(kx) : "r"(kk));
+          const int c = 16 * (9 * d + kx) + 4 * qd;
+          uint2 x = make_uint2(0u, 0u), y = x;
+          if (pos0 < it.p1) x = __ldg(reinterpret_cast<const uint2*>(p.kext + (long long)(it.qo0 + pos0 - it.S) * p.ext_stride + c));
+          if (pos0 + 8 < it.p1) y = __ldg(reinterpret_cast<const uint2*>(p.kext + (long long)(it.qo0 + pos0 + 8 - it.S) * p.ext_stride + c));
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            // rows g and g + 8 of m-tile m; a row past the request reads the tile's row 0
+            // (finite, and never stored)
+            const int ra = r * 32 + m * 16 + g, rb = ra + 8;
+            const uint2 u = __ldg(reinterpret_cast<const uint2*>(p.q + (grow0 + (row_base + ra < rows ? ra : 0)) * D + c));
+            const uint2 w = __ldg(reinterpret_cast<const uint2*>(p.q + (grow0 + (row_base + rb < rows ? rb : 0)) * D + c));
+            const uint32_t a[4] = {u.x, w.x, u.y, w.y};
+            mma16816(s[m][0], a, x.x, x.y);
+            mma16816(s[m][1], a, y.x, y.y);
+          }
+        }
       }
-      const uint32_t* cb = b[kk & 1];
-      mma16816(s[0][0], qa[kk][0], cb[0], cb[1]);
-      mma16816(s[1][0], qa[kk][1], cb[0], cb[1]);
-      mma16816(s[0][1], qa[kk][0], cb[2], cb[3]);
-      mma16816(s[1][1], qa[kk][1], cb[2], cb[3]);
+    } else {
+      const __nv_bfloat16* kt = ring + (tile % Lo::KST) * (BN * D);
+      const int tok = ((lane >> 4) << 3) + (lane & 7);
+      const int sub = (lane >> 3) & 1;
+      // k-step kk reads chunks 8 kk + 2 d and + 1 of a row, i.e. 128-byte block kk: the swizzle
+      // permutes within a block only, so every k-step's address is this one plus 128 kk bytes
+      const uint32_t kb = smem_u32(kt + swz(tok, 2 * d + sub) * 8);
+      uint32_t b[2][4];
+      // the fragment of k-step kk + 1 is requested before the MMAs of kk (asm volatile keeps order)
+      ldsm_x4(kb, b[0][0], b[0][1], b[0][2], b[0][3]);
+#pragma unroll
+      for (int kk = 0; kk < QK_STEPS; ++kk) {
+        if (kk + 1 < QK_STEPS) {
+          uint32_t* nb = b[(kk + 1) & 1];
+          ldsm_x4(kb + 128 * (kk + 1), nb[0], nb[1], nb[2], nb[3]);
+        }
+        const uint32_t* cb = b[kk & 1];
+        mma16816(s[0][0], qa[kk][0], cb[0], cb[1]);
+        mma16816(s[1][0], qa[kk][1], cb[0], cb[1]);
+        mma16816(s[0][1], qa[kk][0], cb[2], cb[3]);
+        mma16816(s[1][1], qa[kk][1], cb[2], cb[3]);
+      }
     }
 #pragma unroll
     for (int m = 0; m < 2; ++m)
@@ -325,18 +417,26 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       const float4 t = xs[((r * 4 + dq) * 4 + d) * 32 + lane];
       v[0] += t.x; v[1] += t.y; v[2] += t.z; v[3] += t.w;
     }
-    const int tpos = it.p0 + j * BN;
-    const bool edge = tpos + BN > it.S || tpos + BN > it.p1;
+    const int tpos = tile_pos(j);
+    // fp8: a tile is prefix or draft, never both; a prefix tile ends at pe (its rows past pe
+    // belong to the draft tiles), a draft tile is masked
+    const bool pref = !FP8 || j < n_main();
+    const bool edge = FP8 ? !pref || tpos + BN > pe() : tpos + BN > it.S || tpos + BN > it.p1;
+    if constexpr (FP8) {   // k_scale, 2^qe and the convert's shift on the prefix logits
+      const float sc = pref ? *pscale_s : p.scale_log2;
 #pragma unroll
-    for (int i = 0; i < 4; ++i)   // fp8: k_scale on the prefix logits only
-      v[i] *= (FP8 && tpos + (i >> 1) * 8 + 2 * qd + (i & 1) < it.S) ? p.kscale_log2 : p.scale_log2;
+      for (int i = 0; i < 4; ++i) v[i] *= sc;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] *= p.scale_log2;
+    }
     if (edge) {                                           // rare: mask facts recomputed here
       const int s_lr = row_base + srow;                   // row within the request
       const int s_tq = s_lr < rows ? s_lr / H : 0;        // its draft token
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int pos = tpos + (i >> 1) * 8 + 2 * qd + (i & 1);
-        bool ok = pos < it.p1;
+        bool ok = pos < (FP8 && pref ? pe() : it.p1);
         if (ok && pos >= it.S && s_lr < rows) {
           const int dj = pos - it.S;
           ok = p.mask ? __ldg(p.mask + it.m0 + (long long)s_tq * (it.S + it.T) + it.S + dj) != 0 : dj <= s_tq;
@@ -360,10 +460,15 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const float p2 = exp2f(v[2] - shift), p3 = exp2f(v[3] - shift);
     l_run = l_run * alpha + ((p0 + p1) + (p2 + p3));
     uint32_t* pw = reinterpret_cast<uint32_t*>(ps + (r * 2 + (d >> 1)) * 32 + lane);
-    if constexpr (FP8) {                                  // v_scale rides on the prefix P
-      const int t0 = tpos + 2 * qd;
-      pw[d & 1] = pack_bf16(t0 < it.S ? p0 * p.v_scale : p0, t0 + 1 < it.S ? p1 * p.v_scale : p1);
-      pw[2 + (d & 1)] = pack_bf16(t0 + 8 < it.S ? p2 * p.v_scale : p2, t0 + 9 < it.S ? p3 * p.v_scale : p3);
+    if constexpr (FP8) {   // prefix: f16 for the f16 MMAs; draft: bf16 times 2^-KV16_SHIFT / v_scale
+      if (pref) {
+        pw[d & 1] = f16x2_of(p0, p1);
+        pw[2 + (d & 1)] = f16x2_of(p2, p3);
+      } else {
+        const float ds = ldexpf(1.f, -KV16_SHIFT) / p.v_scale;
+        pw[d & 1] = pack_bf16(p0 * ds, p1 * ds);
+        pw[2 + (d & 1)] = pack_bf16(p2 * ds, p3 * ds);
+      }
     } else {
       pw[d & 1] = pack_bf16(p0, p1);                      // a0 / a1: tokens 2qd, 2qd + 1
       pw[2 + (d & 1)] = pack_bf16(p2, p3);                // a2 / a3: tokens 8 + 2qd, 9 + 2qd
@@ -374,8 +479,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
 
   // PV(j): O[this half's 32 rows, my 128 columns] = alpha * O + P V
-  auto pv = [&](int j) {
-    const __nv_bfloat16* vt = ring + (j % Lo::KST) * (BN * D);
+  auto pv = [&](int j, auto draft_tag) {
+    constexpr bool DRAFT = decltype(draft_tag)::value;
     const int4 f = reinterpret_cast<const int4*>(flag_s)[r];
     if ((f.x | f.y | f.z | f.w) != 0) {                   // uniform across the half
 #pragma unroll
@@ -394,39 +499,92 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       const uint4 t = ps[(r * 2 + m) * 32 + lane];
       pa[m][0] = t.x; pa[m][1] = t.y; pa[m][2] = t.z; pa[m][3] = t.w;
     }
-    const int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
-    const int sub = lane >> 4;
-    // n-tiles 2 n2, 2 n2 + 1 are chunks 8 n2 + 2 d, + 1 (columns 64 n2 + 16 d .. + 15): block n2
-    const uint32_t vb = smem_u32(vt + swz(tok, 2 * d + sub) * 8);
-    uint32_t b[2][4];
-    ldsm_x4_t(vb, b[0][0], b[0][1], b[0][2], b[0][3]);
+    if constexpr (FP8) {
+      if (!DRAFT || j < n_main()) {
+        // e4m3, columns 128 d + 16 c .. + 15 by one ldmatrix.x2.trans (requested 16 columns
+        // ahead): lanes 0-7 address tokens 0-7, lanes 8-15 tokens 8-15. A register holds tokens
+        // 2 qd, 2 qd + 1 of the byte pair 2 g, 2 g + 1; byte_perm puts the even bytes (columns
+        // 2 g) in its low half and the odd ones in its high half: n-tiles 2 c (even) and 2 c + 1
+        const uint8_t* vt = ring8 + (j % Lo::KST) * Lo::STAGE8;
+        const uint32_t vb = smem_u32(vt + (lane & 15) * Lo::ROW8 + 128 * d);
+        uint32_t b[2][2];
+        ldsm_x2_t(vb, b[0][0], b[0][1]);
 #pragma unroll
-    for (int n2 = 0; n2 < 8; ++n2) {
-      if (n2 + 1 < 8) {
-        uint32_t* nb = b[(n2 + 1) & 1];
-        ldsm_x4_t(vb + 128 * (n2 + 1), nb[0], nb[1], nb[2], nb[3]);
+        for (int c = 0; c < 8; ++c) {
+          if (c + 1 < 8) ldsm_x2_t(vb + 16 * (c + 1), b[(c + 1) & 1][0], b[(c + 1) & 1][1]);
+          const uint32_t* cb = b[c & 1];
+          const uint32_t x = __byte_perm(cb[0], 0u, 0x3120), y = __byte_perm(cb[1], 0u, 0x3120);
+          const uint32_t e0 = e4m3x2_to_f16x2(x), e1 = e4m3x2_to_f16x2(y);
+          const uint32_t o0 = e4m3x2_to_f16x2(x >> 16), o1 = e4m3x2_to_f16x2(y >> 16);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            mma16816<true>(acc[m][2 * c], pa[m], e0, e1);
+            mma16816<true>(acc[m][2 * c + 1], pa[m], o0, o1);
+          }
+        }
+      } else {   // draft rows: bf16 from k_extend, two columns of 4 tokens, paired by token
+        const int t0 = tile_pos(j) + 2 * qd;
+        const __nv_bfloat16* vr[4];
+        bool ok[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {   // tokens 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9
+          const int pos = t0 + (i & 1) + (i >> 1) * 8;
+          ok[i] = pos < it.p1;
+          vr[i] = p.kext + (long long)(it.qo0 + (ok[i] ? pos - it.S : 0)) * p.ext_stride + 128 * d + 2 * g;
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t x[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              x[i] = ok[i] ? __ldg(reinterpret_cast<const uint32_t*>(vr[i] + 32 * q + 16 * h)) : 0u;
+            const uint32_t e0 = __byte_perm(x[0], x[1], 0x5410), e1 = __byte_perm(x[2], x[3], 0x5410);
+            const uint32_t o0 = __byte_perm(x[0], x[1], 0x7632), o1 = __byte_perm(x[2], x[3], 0x7632);
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+              mma16816(acc[m][2 * (2 * q + h)], pa[m], e0, e1);
+              mma16816(acc[m][2 * (2 * q + h) + 1], pa[m], o0, o1);
+            }
+          }
       }
-      const uint32_t* cb = b[n2 & 1];
+    } else {
+      const __nv_bfloat16* vt = ring + (j % Lo::KST) * (BN * D);
+      const int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
+      const int sub = lane >> 4;
+      // n-tiles 2 n2, 2 n2 + 1 are chunks 8 n2 + 2 d, + 1 (columns 64 n2 + 16 d .. + 15): block n2
+      const uint32_t vb = smem_u32(vt + swz(tok, 2 * d + sub) * 8);
+      uint32_t b[2][4];
+      ldsm_x4_t(vb, b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        mma16816(acc[m][2 * n2], pa[m], cb[0], cb[1]);
-        mma16816(acc[m][2 * n2 + 1], pa[m], cb[2], cb[3]);
+      for (int n2 = 0; n2 < 8; ++n2) {
+        if (n2 + 1 < 8) {
+          uint32_t* nb = b[(n2 + 1) & 1];
+          ldsm_x4_t(vb + 128 * (n2 + 1), nb[0], nb[1], nb[2], nb[3]);
+        }
+        const uint32_t* cb = b[n2 & 1];
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma16816(acc[m][2 * n2], pa[m], cb[0], cb[1]);
+          mma16816(acc[m][2 * n2 + 1], pa[m], cb[2], cb[3]);
+        }
       }
     }
   };
   auto half_bar = [&]() { named_bar(1 + r, 128); };
 
   MLAV_TRACE_AT(TRACE_VERIFY, 2);
-  for (int j = 0; j < n_tiles; ++j) {
-    // bf16: tile j landed (this thread's copies); fp8: e4m3 tile j + 1 landed
-    if constexpr (FP8) cp_async_wait<AH - 2>(); else cp_async_wait<AHEAD - 1>();
-    // tile j visible; every half is past its last read of tile j + AHEAD - STAGES, whose stage
-    // takes tile j + AHEAD (fp8: tile j's e4m3 stage, widened in iteration j - 1, takes j + AH;
-    // tile j - 2's bf16 stage, last read by PV(j - 2), takes tile j + 1)
+  // one tile step. fp8 runs it in two loops, the prefix tiles' and the draft tiles' (draft_tag):
+  // Q's f16 fragments are dead in the second, which frees the registers its bf16 QK needs
+  auto step = [&](int j, auto draft_tag) {
+    cp_async_wait<AHEAD - 1>();                           // tile j landed (this thread's copies)
+    // tile j visible; every half is past its last read of tile j + AHEAD - KST, whose stage
+    // takes tile j + AHEAD (fp8: only prefix tiles go through the ring)
     __syncthreads();
     if (loads) {
       if constexpr (FP8) {
-        if (j + AH < n_tiles) load_lean8(j + AH);
+        if (j + AH < n_main()) load_lean8(j + AH);
         copy_ids(j + AH + IDX_AHEAD);
       } else {
         if (j + AH < n_tiles) load_lean(j + AH);
@@ -434,28 +592,33 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
     }
     cp_async_commit();
-    if constexpr (FP8) if (!late && j + 1 < n_tiles) widen(j + 1);
     if (HALVES == 1 || r == 0) {
-      if (do_qk) qk(j);
+      if (do_qk) qk(j, draft_tag);
       half_bar();
       if (do_sm) softmax(j);
       half_bar();
-      if (do_pv) pv(j);
+      if (do_pv) pv(j, draft_tag);
     } else {
       if (j > 0) {                                        // the CTA barrier ordered xs(j-1)
         if (do_sm) softmax(j - 1);
         half_bar();
-        if (do_pv) pv(j - 1);
+        if (do_pv) pv(j - 1, draft_tag);
       }
-      if (do_qk) qk(j);
+      if (do_qk) qk(j, draft_tag);
     }
-    if constexpr (FP8) if (late && j + 1 < n_tiles) widen_half(j + 1);
+  };
+  if constexpr (FP8) {
+    int j = 0;
+    for (; j < n_main(); ++j) step(j, std::false_type());
+    for (; j < n_tiles; ++j) step(j, std::true_type());
+  } else {
+    for (int j = 0; j < n_tiles; ++j) step(j, std::false_type());
   }
   if (HALVES == 2 && r == 1 && n_tiles > 0) {             // half 1's last tile
     half_bar();
     if (do_sm) softmax(n_tiles - 1);
     half_bar();
-    if (do_pv) pv(n_tiles - 1);
+    if (do_pv) pv(n_tiles - 1, std::true_type());
   }
   cp_async_wait<0>();
   MLAV_TRACE_AT(TRACE_VERIFY, 3);
@@ -466,7 +629,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     if (qd == 0) {
-      inv_s[srow] = l > 0.f ? 1.f / l : 0.f;
+      // fp8: O also takes v_scale and the convert's 2^KV16_SHIFT (the prefix P carried neither)
+      if constexpr (FP8) inv_s[srow] = l > 0.f ? p.v_scale * ldexpf(1.f, KV16_SHIFT) / l : 0.f;
+      else inv_s[srow] = l > 0.f ? 1.f / l : 0.f;
       lse_s[srow] = l > 0.f ? m_run + log2f(l) : -INFINITY;
     }
   }
@@ -477,16 +642,35 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // the loop and held through it (held, rows32d spilled it on sm_120)
   int tn;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tn));
-  const int col0 = ((tn >> 5) & 3) * 16 + 2 * (tn & 3);
+  if constexpr (FP8) {   // n-tiles 4 q + 2 h and + 1: columns 128 d + 32 q + 16 h + 4 qd .. + 3
+    const int cb = ((tn >> 5) & 3) * 128 + 4 * (tn & 3);
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
-    const int r0 = r * 32 + m * 16 + g;
-    const float i0 = inv_s[r0], i1 = inv_s[r0 + 8];
+    for (int m = 0; m < 2; ++m) {
+      const int r0 = r * 32 + m * 16 + g;
+      const float i0 = inv_s[r0], i1 = inv_s[r0 + 8];
 #pragma unroll
-    for (int n = 0; n < 16; ++n) {
-      const int col = (n >> 1) * 64 + (n & 1) * 8 + col0;   // n-tile n: chunk 8 (n / 2) + 2 d + n % 2
-      *reinterpret_cast<uint32_t*>(osm + r0 * OSTRIDE + col) = pack_bf16(acc[m][n][0] * i0, acc[m][n][1] * i0);
-      *reinterpret_cast<uint32_t*>(osm + (r0 + 8) * OSTRIDE + col) = pack_bf16(acc[m][n][2] * i1, acc[m][n][3] * i1);
+      for (int n = 0; n < 16; n += 2) {
+        const int col = cb + 16 * (n >> 1);
+        const float* e = acc[m][n];
+        const float* o = acc[m][n + 1];
+        *reinterpret_cast<uint2*>(osm + r0 * OSTRIDE + col) =
+            make_uint2(pack_bf16(e[0] * i0, o[0] * i0), pack_bf16(e[1] * i0, o[1] * i0));
+        *reinterpret_cast<uint2*>(osm + (r0 + 8) * OSTRIDE + col) =
+            make_uint2(pack_bf16(e[2] * i1, o[2] * i1), pack_bf16(e[3] * i1, o[3] * i1));
+      }
+    }
+  } else {
+    const int col0 = ((tn >> 5) & 3) * 16 + 2 * (tn & 3);
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const int r0 = r * 32 + m * 16 + g;
+      const float i0 = inv_s[r0], i1 = inv_s[r0 + 8];
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        const int col = (n >> 1) * 64 + (n & 1) * 8 + col0;   // n-tile n: chunk 8 (n / 2) + 2 d + n % 2
+        *reinterpret_cast<uint32_t*>(osm + r0 * OSTRIDE + col) = pack_bf16(acc[m][n][0] * i0, acc[m][n][1] * i0);
+        *reinterpret_cast<uint32_t*>(osm + (r0 + 8) * OSTRIDE + col) = pack_bf16(acc[m][n][2] * i1, acc[m][n][3] * i1);
+      }
     }
   }
   __syncthreads();

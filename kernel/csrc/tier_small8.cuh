@@ -28,8 +28,7 @@
 // k_scale folds into the prefix logits' scale; v_scale into the draft P (as 1 / v_scale) and the
 // final normalisation, so the prefix P keeps f16's range.
 #pragma once
-#include <cuda_fp16.h>
-
+#include "e4m3.cuh"
 #include "slot_window.cuh"
 #include "small_softmax.cuh"
 #include "verify_common.cuh"
@@ -72,31 +71,9 @@ struct Layout {
   static_assert(XS_BYTES >= 64 * 4, "the schedule's scratch lives in the partial-S area");
 };
 
-__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& a, uint32_t& b) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(a), "=r"(b) : "r"(addr));
-}
-
 template <bool B>
 struct DraftTile { static constexpr bool value = B; };
 
-// e4m3 -> f16 is exact. sm_89 and newer convert two values in one instruction;
-// sm_80/86 move the bits, which reads each value times 2^-8 (KV16_SHIFT), folded into the scales.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
-constexpr int KV16_SHIFT = 8;
-#else
-constexpr int KV16_SHIFT = 0;
-#endif
-// the e4m3 values in bits 7..0 and 15..8 of x as f16x2 {lo, hi}, times 2^-KV16_SHIFT
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint32_t d;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"((unsigned short)(x & 0xffffu)));
-  return d;
-#else
-  const uint32_t a = __byte_perm(x, 0u, 0x1404);   // bytes 0, 1 -> bits 15..8, 31..24
-  return (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
-#endif
-}
 // N 16-byte copies global -> shared, STEP bytes apart from OFF past both bases (src_bytes 0:
 // zero-fill), without an L2 hint: immediate offsets, one base register pair for them all
 template <int N, int STEP, int OFF = 0>
@@ -106,11 +83,6 @@ __device__ __forceinline__ void copy16_run(uint32_t dst, const void* src, int sr
     copy16_run<N - 1, STEP, OFF + STEP>(dst, src, src_bytes);
   }
 }
-__device__ __forceinline__ uint32_t f16x2_of(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-
 template <int NT>
 __device__ __forceinline__ void small8_body(const Params& p) {
   using Lo = Layout<NT>;

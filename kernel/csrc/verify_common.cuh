@@ -18,7 +18,6 @@ constexpr int NWARPS = 8;
 constexpr int NTHREADS = NWARPS * 32;
 constexpr int MIN_CHUNK = 128;  // fewest KV tokens per split: a split must outweigh its partial
 constexpr int TILE_BYTES = BN * D * 2;
-constexpr int TILE8_BYTES = BN * D;   // one tile of SGLang's fp8_e4m3 pool rows (576 B each)
 constexpr int CHUNKS8 = D / 16;       // 16-byte chunks per fp8 row
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
@@ -131,6 +130,12 @@ __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& a, uint32_t& b,
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
 }
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& a, uint32_t& b) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(a), "=r"(b) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2_t(uint32_t addr, uint32_t& a, uint32_t& b) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(a), "=r"(b) : "r"(addr));
+}
 __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
@@ -142,76 +147,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 __device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
   return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
 }
-// e4m3 -> bf16, exactly (every e4m3 value is a bf16 value). Sign and the 7 exponent-mantissa
-// bits move into bf16 position, which reads the value times 2^-120 (normal and subnormal alike:
-// bf16's bias is 120 larger and its mantissa has room), then one exact multiply by 2^120. An
-// e4m3 NaN byte (0x7f / 0xff, which SGLang's saturating cast writes only from a NaN) reads as
-// +-480, outside e4m3's finite +-448. This one: the two e4m3 values in bits 15..8 and 31..24
-// of a (the other bits are ignored).
-__device__ __forceinline__ uint32_t e4m3_hi_bytes_to_bf16x2(uint32_t a) {
-  const uint32_t u = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
-  const __nv_bfloat162 k = __halves2bfloat162(__ushort_as_bfloat16((unsigned short)0x7b80),
-                                              __ushort_as_bfloat16((unsigned short)0x7b80));   // 2^120
-  __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&u), k);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-// Four e4m3 values (bytes of x, lowest first) as two bf16x2.
-__device__ __forceinline__ void e4m3x4_to_bf16x4(uint32_t x, uint32_t& lo, uint32_t& hi) {
-  lo = e4m3_hi_bytes_to_bf16x2(__byte_perm(x, 0u, 0x1404));   // bytes 0, 1 -> bits 15..8, 31..24
-  hi = e4m3_hi_bytes_to_bf16x2(__byte_perm(x, 0u, 0x3424));
-}
-
-// fp8 kernels: rows [tok0, tok0 + NTOK) of tile `tile` of this item's KV range into a bf16 ring
-// stage (the layout the MMAs read: swz), from the fp8 stage its prefix rows were copied to
-// (unswizzled [BN][576] bytes), by NTH threads (t = 0 .. NTH - 1). Draft rows (pos >= S) come
-// from k_extend (bf16, L2-resident), rows past p1 are zero (P = 0 there, and 0 * NaN would
-// poison O). BATCH e4m3 chunks are read before any of them is written, so the shared-memory
-// latency is paid once per batch, not once per chunk (the compiler cannot tell the two stages
-// apart); BATCH x 4 registers are live meanwhile (the design D tiers have few to spare:
-// BATCH = 0 is a plain loop, one chunk at a time).
-template <int NTH, int NTOK, int BATCH = (NTOK * CHUNKS8 + NTH - 1) / NTH>
-__device__ __forceinline__ void widen_rows(const Params& p, int p0, int p1, int S, int qo0, int tile, int t,
-                                           int tok0, const uint8_t* st8, __nv_bfloat16* dst) {
-  constexpr int N = NTOK * CHUNKS8, IT = (N + NTH - 1) / NTH;
-  auto one = [&](int c, uint4 v) {
-    const int tok = tok0 + c / CHUNKS8, ch = c % CHUNKS8;
-    const int pos = p0 + tile * BN + tok;
-    uint4 a = make_uint4(0, 0, 0, 0), b = a;
-    if (pos < p1 && pos < S) {
-      e4m3x4_to_bf16x4(v.x, a.x, a.y);
-      e4m3x4_to_bf16x4(v.y, a.z, a.w);
-      e4m3x4_to_bf16x4(v.z, b.x, b.y);
-      e4m3x4_to_bf16x4(v.w, b.z, b.w);
-    } else if (pos < p1) {
-      const uint4* src = reinterpret_cast<const uint4*>(p.kext + (long long)(qo0 + pos - S) * p.ext_stride) + 2 * ch;
-      a = __ldg(src);
-      b = __ldg(src + 1);
-    }
-    *reinterpret_cast<uint4*>(dst + swz(tok, 2 * ch) * 8) = a;
-    *reinterpret_cast<uint4*>(dst + swz(tok, 2 * ch + 1) * 8) = b;
-  };
-  const uint4* src8 = reinterpret_cast<const uint4*>(st8) + tok0 * CHUNKS8;
-  if constexpr (BATCH == 0) {     // one chunk at a time, not unrolled: the fewest live registers
-#pragma unroll 1
-    for (int c = t; c < N; c += NTH) one(c, src8[c]);
-  } else {
-#pragma unroll
-    for (int i0 = 0; i0 < IT; i0 += BATCH) {
-      uint4 v[BATCH];
-#pragma unroll
-      for (int i = 0; i < BATCH; ++i) {
-        const int c = t + NTH * (i0 + i);
-        if (i0 + i < IT && c < N) v[i] = src8[c];
-      }
-#pragma unroll
-      for (int i = 0; i < BATCH; ++i) {
-        const int c = t + NTH * (i0 + i);
-        if (i0 + i < IT && c < N) one(c, v[i]);
-      }
-    }
-  }
-}
-
 __device__ __forceinline__ void named_bar(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
