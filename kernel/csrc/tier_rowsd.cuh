@@ -71,6 +71,10 @@ struct Layout {
   // many bytes in flight as the bf16 ring
   static constexpr int KST = FP8 ? 8 : STAGES;         // ring stages
   static constexpr int AHEAD = FP8 ? (HALVES == 2 ? 6 : 7) : (HALVES == 2 ? 2 : 3);
+  // a tile's slot ids are copied IDX_AHEAD iterations before its loads read them, in the group
+  // of iteration t - AHEAD - IDX_AHEAD; the loads' wait at iteration t - AHEAD has completed
+  // groups up to that one only if IDX_AHEAD >= AHEAD (bf16 keeps 4, its measured machine code)
+  static constexpr int IDX_AHEAD = FP8 ? AHEAD : rowsd::IDX_AHEAD;
   static constexpr int ROW8 = D + 16;                  // fp8: a stage row, 37 16-byte groups
   static constexpr int STAGE8 = BN * ROW8;
   static constexpr int XS_BYTES = WARPS * 4 * 32 * 16; // partial S: [warp][row group][lane] float4
@@ -90,6 +94,7 @@ struct Layout {
   static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
   static_assert(BM * OSTRIDE * 2 <= RING, "the output staging reuses the ring");
   static_assert(KST >= AHEAD + HALVES, "a stage is refilled only after both halves are past it");
+  static_assert(AHEAD <= IDX_AHEAD && IDX_AHEAD < IDX_WIN, "slot ids land before their loads, in a slot of their own");
   static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 };
 
@@ -239,7 +244,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   for (int t = 0; t < AH; ++t) {
     if (loads && t < n_tiles) load(t, ids.slot_of(t));
     if (t == 0 && loads)
-      for (int k = AH; k < AH + IDX_AHEAD; ++k) ids.copy_index(k);
+      for (int k = AH; k < AH + Lo::IDX_AHEAD; ++k) ids.copy_index(k);
     cp_async_commit();
   }
 
@@ -585,10 +590,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (loads) {
       if constexpr (FP8) {
         if (j + AH < n_main()) load_lean8(j + AH);
-        copy_ids(j + AH + IDX_AHEAD);
+        copy_ids(j + AH + Lo::IDX_AHEAD);
       } else {
         if (j + AH < n_tiles) load_lean(j + AH);
-        copy_ids(j + AH + IDX_AHEAD);
+        copy_ids(j + AH + Lo::IDX_AHEAD);
       }
     }
     cp_async_commit();
