@@ -26,8 +26,8 @@ DEFAULT_MAX_BS = 4096
 # with one barrier pair per 32 tokens, issue 25; opt-in through tier=9, never picked by default,
 # bf16 pools only).
 TIERS = {0: 64, 1: 8, 2: 16, 4: 32, 6: 32, 8: 64, 9: 64}
-# The tiers that read SGLang's fp8_e4m3 pool (1, 2, 4: tier_small8.cuh, f16 MMAs on e4m3 operands
-# widened in registers; 6, 8: e4m3 rows widened to bf16 in shared memory); rows64 (0), kept only
+# The tiers that read SGLang's fp8_e4m3 pool (1, 2, 4: tier_small8.cuh; 6, 8: tier_rowsd.cuh's fp8
+# copies; both take f16 MMA operands converted from the e4m3 bytes in registers); rows64 (0), kept only
 # to be forced in benchmarks, and rows64d_pair (9) read bf16 only.
 FP8_TIERS = (1, 2, 4, 6, 8)
 # The tier for requests of more than 32 rows, and when the rows per request are not known
@@ -48,13 +48,13 @@ LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 # Up to 8 and 16 rows: the small tier (8- and 16-row tiles); up to 32: rows32d (two 4-warp CTAs
 # per SM), 1.5x faster than the small tier's 32-row tiles at T = 4 on the H200.
 ROW_TIERS = ((8, 1), (16, 2), (32, 6))
-# On an fp8_e4m3 pool the small tier's copy (tier_small8.cuh) is the fastest at every row count
-# measured on the H200: its 8- and 16-row tiles up to 16 rows, its 32-row tiles above, also for
-# more rows than 32 (64 rows: 168.2 against rows64d_fp8's 193.4 us, micro-h200-20261201T1541.json;
-# 128 and 256 rows: 326.6 / 638.5 against 374.9 / 760.8,
-# reports/data/rungs/fp8-small8-many-rows-h200-20261201T1605.json).
-FP8_ROW_TIERS = ((8, 1), (16, 2))
-FP8_LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "4")
+# On an fp8_e4m3 pool: the small tier's copy (tier_small8.cuh) up to 32 rows (8-, 16-, 32-row tiles),
+# rows64d's copy above and when the rows per request are not known: 10-11 % faster than small8's 32-row
+# tiles at 64, 128 and 256 rows on the H200 since it reads the e4m3 bytes in registers too
+# (reports/data/rungs/overlap-fp8-h200-20261203T0727.json, kernel/NOTES.md). MLA_VERIFY_LARGE_TIER
+# overrides it as on a bf16 pool (4: small8's 32-row tiles, the default before).
+FP8_ROW_TIERS = ((8, 1), (16, 2), (32, 4))
+FP8_LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 
 
 def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None, kv_fp8: bool = False) -> int:

@@ -63,10 +63,11 @@ def test_tier_from_static_shapes():
     assert pick_tier(8, 32, 8) == LARGE_TIER              # bs > 1, no hint: unknown rows per request
     assert pick_tier(8, 32, 8, max_draft_len=4) == 6      # SGLang's static draft length
     assert pick_tier(8, 32, 8, max_draft_len=5) == LARGE_TIER == 8   # 40 rows: rows64d
-    # an fp8 pool: the small tier's copy at every row count (measured faster there): 8-, 16-, then
-    # 32-row tiles, also for more rows and unknown rows per request
-    assert [pick_tier(8, t, 1, kv_fp8=True) for t in (1, 2, 4, 8, 9, 32)] == [1, 2, 4, 4, 4, 4]
-    assert pick_tier(8, 32, 8, kv_fp8=True) == FP8_LARGE_TIER == 4          # unknown rows per request
+    # an fp8 pool: the small tier's copy up to 32 rows (8-, 16-, 32-row tiles), rows64d's copy above
+    # and for unknown rows per request
+    assert [pick_tier(8, t, 1, kv_fp8=True) for t in (1, 2, 4, 8, 9, 32)] == [1, 2, 4, 8, 8, 8]
+    assert pick_tier(8, 32, 8, kv_fp8=True) == FP8_LARGE_TIER == 8          # unknown rows per request
+    assert pick_tier(8, 32, 8, max_draft_len=4, kv_fp8=True) == 4
     assert set(TIERS) == {0, 1, 2, 4, 6, 8, 9} and TIERS[0] == TIERS[8] == TIERS[9] == 64 and TIERS[6] == 32
     # rows64d_pair (9) is opt-in: no row count and no override default picks it
     assert 9 not in {pick_tier(8, t, 1, kv_fp8=f) for t in (1, 2, 4, 8, 16, 64) for f in (False, True)}
@@ -87,7 +88,7 @@ def test_large_tier_override_is_checked():
         _large_tier("fast")
 
 
-@pytest.mark.parametrize("env, want", [(None, "8 4"), ("6", "6 6"), ("4", "4 4")])
+@pytest.mark.parametrize("env, want", [(None, "8 8"), ("6", "6 6"), ("4", "4 4")])
 def test_large_tier_override_applies_to_both_pools(env, want):
     import os
     import subprocess

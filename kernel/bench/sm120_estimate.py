@@ -84,9 +84,9 @@ H200_CTAS = {0: 1, 1: 2, 2: 2, 4: 1, 6: 2, 8: 1, 9: 1}
 TILE_BYTES = {"bfloat16": BN * ROW_BYTES, FP8: BN * FP8_ROW_BYTES}
 # 16-token tiles of KV in flight per SM while a tile is computed (stages issued ahead): rows64 3
 # (STAGES - 1), the small tiers 2 (4 stages, 2 in use), rows32d 3 and rows64d 2 (AHEAD), rows64d_pair
-# 2 (the next pair, at its barrier); fp8: small8 2 stages of 32 tokens (4 tiles), rows32d_fp8 2 and
-# rows64d_fp8 1 (S8 e4m3 stages, one being widened)
-IN_FLIGHT_TILES = {"bfloat16": {0: 3, 1: 2, 2: 2, 4: 2, 6: 3, 8: 2, 9: 2}, FP8: {1: 4, 2: 4, 4: 4, 6: 2, 8: 1}}
+# 2 (the next pair, at its barrier); fp8: small8 2 stages of 32 tokens (4 tiles), rows32d_fp8 7 and
+# rows64d_fp8 6 (AHEAD: e4m3 tiles, read by the MMAs where they land)
+IN_FLIGHT_TILES = {"bfloat16": {0: 3, 1: 2, 2: 2, 4: 2, 6: 3, 8: 2, 9: 2}, FP8: {1: 4, 2: 4, 4: 4, 6: 7, 8: 6}}
 
 
 def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int) -> int:

@@ -153,7 +153,7 @@ def test_fp8_case_table_covers_scales_tiers_padding_and_the_centre():
     assert any(c.k_scale != c.v_scale for c in FP8_CASES)           # separate checkpoint scales
     assert max(max(c.capture) for c in FP8_CASES) == 185_000
     tiers = {pick_tier(c.heads, c.graph_bs * c.draft, c.graph_bs, c.draft, kv_fp8=True) for c in FP8_CASES}
-    assert tiers == {1, 4}   # the small tier's fp8 copy, 8- and 32-row tiles: every row count's default
+    assert tiers == {1, 4, 8}   # small8's 8- and 32-row tiles and rows64d's copy: each row count's default
     assert any(c.control for c in FP8_CASES)
     assert any(len(c.replay) < c.graph_bs for c in FP8_CASES)      # padded dummies on replay
     for c in FP8_CASES:
