@@ -48,8 +48,9 @@ LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 # Up to 8 and 16 rows: the small tier (8- and 16-row tiles); up to 32: rows32d (two 4-warp CTAs
 # per SM), 1.5x faster than the small tier's 32-row tiles at T = 4 on the H200.
 ROW_TIERS = ((8, 1), (16, 2), (32, 6))
-# On an fp8_e4m3 pool: the small tier's copy (tier_small8.cuh) up to 32 rows (8-, 16-, 32-row tiles),
-# rows64d's copy above and when the rows per request are not known: 10-11 % faster than small8's 32-row
+# On an fp8_e4m3 pool: the small tier's copy (tier_small8.cuh) up to 32 rows (8-, 16-, 32-row tiles) and
+# wherever its 32-row tiles pad the rows to fewer (pick_tier), rows64d's copy otherwise and when the
+# rows per request are not known: 10-11 % faster than small8's 32-row
 # tiles at 64, 128 and 256 rows on the H200 since it reads the e4m3 bytes in registers too
 # (reports/data/rungs/overlap-fp8-h200-20261203T0727.json, kernel/NOTES.md). MLA_VERIFY_LARGE_TIER
 # overrides it as on a bf16 pool (4: small8's 32-row tiles, the default before).
@@ -72,6 +73,11 @@ def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None
     for most, tier in FP8_ROW_TIERS if kv_fp8 else ROW_TIERS:
         if rows <= most:
             return tier
+    if kv_fp8 and not _LARGE_TIER_ENV and -(-rows // 32) * 32 < -(-rows // 64) * 64:
+        # small8's 32-row tiles pad the rows to fewer than rows64d's copy, whose lead per row is
+        # ~5 % in the sm_120 model (sm120-model-from-h200-20261203T0731.json): DDTree's padded
+        # trees, 17 / 33 / 65 x 8 heads = 136 / 264 / 520 rows, run 160 / 288 / 544 against 192 / 320 / 576
+        return 4
     return large
 
 
