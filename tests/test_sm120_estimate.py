@@ -141,11 +141,14 @@ def test_a_tier_without_parts_borrows_rows64d_efficiency_and_says_so():
     assert r["mma_efficiency_source"].startswith("assumed")
 
 
+def _newest_model() -> dict:
+    return json.loads(sorted(DATA.glob("sm120-model-from-h200-*.json"))[-1].read_text())
+
+
 def test_the_committed_model_file_is_the_model_on_the_committed_h200_files():
-    (path,) = DATA.glob("sm120-model-from-h200-20261201T2000.json")
-    doc = json.loads(path.read_text())
+    doc = _newest_model()
     micro = json.loads((DATA / doc["inputs"]["micro"]).read_text())
-    bench = json.loads((DATA / doc["inputs"]["bench"]).read_text())
+    bench = json.loads((DATA / doc["inputs"]["bench"]).read_text()) if doc["inputs"]["bench"] else None
     again = m.document(micro, bench, doc["inputs"]["micro"], doc["inputs"]["bench"])
     assert again["rows"] == doc["rows"] and again["lowest_tier"] == doc["lowest_tier"]
     assert doc["kind"] == "sm120_model" and "not a measurement" in doc["model"]
@@ -153,9 +156,10 @@ def test_the_committed_model_file_is_the_model_on_the_committed_h200_files():
 
 def test_the_default_tier_follows_the_model_at_every_185k_shape_on_both_pools():
     """pick_tier (static, the H200's choice) is what the corrected model ranks lowest at every
-    185k shape measured, bf16 and fp8 (the old model put rows32d first at the centre)."""
+    185k shape measured in the newest model file, bf16 and fp8 (the old model put rows32d first at
+    the centre)."""
     from kernel.ops import pick_tier
-    doc = json.loads((DATA / "sm120-model-from-h200-20261201T2000.json").read_text())
+    doc = _newest_model()
     at185 = [x for x in doc["lowest_tier"] if x["S"] == 185000]
     assert len(at185) == 12
     for x in at185:
@@ -189,10 +193,12 @@ def test_notes_quote_the_committed_model():
 
 def test_a_deleted_tiers_rows_are_left_out_and_the_rest_is_the_committed_model():
     """micro-h200-20261202T1531.json timed tier 10, deleted since: the model skips its rows and
-    gives every other row as the GPU run wrote it (same micro file, same read ceiling)."""
+    gives every other row as the GPU run wrote it (same micro file, same read ceiling), but for the
+    fp8 design D copies, whose in-flight tiles changed with their code on 2026-12-03."""
     doc = json.loads((DATA / "sm120-model-from-h200-20261202T1531.json").read_text())
     micro = json.loads((DATA / doc["inputs"]["micro"]).read_text())
     assert any(r["tier"] == 10 for r in micro["rows"])
     rows = m.model(micro, doc["inputs"]["read_GBps"])
     assert {r["tier"] for r in rows} == {r["tier"] for r in doc["rows"]} - {10}
-    assert rows == [r for r in doc["rows"] if r["tier"] != 10]
+    moved = lambda r: r["kv_dtype"] == "fp8_e4m3" and r["tier"] in (6, 8)   # noqa: E731
+    assert [r for r in rows if not moved(r)] == [r for r in doc["rows"] if r["tier"] != 10 and not moved(r)]
