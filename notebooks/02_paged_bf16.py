@@ -396,9 +396,10 @@ else:
     head = mf[(mf["S"] == data.CENTRE["S"]) & (mf["T"] == 1) & mf["fastest"]]
     lines = []
     for _, r in head.iterrows():
+        stream = ("its stream alone was not timed in this run (`--stages stream`)" if r["stream_frac"] != r["stream_frac"]
+                  else f"it streams the KV at up to **{100 * r['stream_frac']:.0f} %** of the read ceiling")
         lines.append(f"At S = {int(r['S']):,}, T = {int(r['T'])}, H = {int(r['H'])} the fastest "
-                     f"tier is {data.tier_phrase(r['tier'])}: it streams the KV at up to "
-                     f"**{100 * r['stream_frac']:.0f} %** of the read ceiling and runs whole in "
+                     f"tier is {data.tier_phrase(r['tier'])}: {stream}, and it runs whole in "
                      f"**{r['full_us']:,.1f} us** (merge {r['merge_us']:,.1f} us).")
     if "default_tier" in mf:
         judged = mf[mf["default_tier"].notna()][["S", "T", "H"]].drop_duplicates()
