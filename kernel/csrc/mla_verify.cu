@@ -16,7 +16,7 @@
 // lengths and trees. Only sm_80-class instructions (mma.sync, ldmatrix, cp.async).
 // SGLang's fp8_e4m3 pool (576-byte rows, per-layer k_scale / v_scale) is read by fp8 copies of
 // the small tier (tier_small8.cuh: e4m3 MMA operands converted to f16 in registers) and of the
-// design D tiers (`_fp8` kernels: e4m3 rows widened to bf16 in shared memory).
+// design D tiers (`_fp8` kernels); both convert the e4m3 MMA operands to f16 in registers.
 #include "combine.cuh"
 #include "tier_rows64.cuh"
 #include "tier_rowsd.cuh"

@@ -21,11 +21,11 @@
 // one half waits on its softmax chain the other (same schedulers) issues MMAs. With one half
 // per CTA, the two CTAs on an SM are independent and overlap the same way by themselves (each
 // reads the KV range of its row tile: the second read comes from L2).
-// KV: 4 stages of 16 tokens under L2 evict-first, AHEAD tiles in flight past the ones in use,
-// slot ids by cp.async IDX_AHEAD tiles earlier into a shared window (in the loop by lanes 0-15 of
-// warp 0, and the tile's copies issued by the lean loader, bf16 and fp8 alike; see
-// tier_rows64d_pair.cuh and the overlap rung in kernel/NOTES.md); rows64d on bf16 has warp 4 copy
-// the slot ids and half 1 alone the tile (see load_lean).
+// KV: 16-token stages under L2 evict-first (bf16 4, fp8 8), AHEAD tiles in flight past the ones
+// in use, slot ids by cp.async IDX_AHEAD tiles earlier into a shared window (in the loop by lanes
+// 0-15 of warp 0, and the tile's copies issued by the lean loader; see tier_rows64d_pair.cuh and
+// the overlap rung in kernel/NOTES.md); with two halves warp 4 copies the slot ids and half 1
+// alone the tile, on both pools (see load_lean).
 // Partials (normalised bf16 O, fp32 log2-LSE) use the common layout and merge (combine<32 HALVES>).
 // FP8 (SGLang's fp8_e4m3 pool): small8's numerics on this schedule. The prefix rows stream as
 // e4m3 bytes into rows padded to 592 B (8 rows of one 16-byte column in 8 bank groups, so no
