@@ -112,9 +112,7 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   __syncthreads();
   if (warp == 0) {
     const float mg = lane < C::GROUPS ? m_s[lane] : -INFINITY;
-    float M = mg;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    const float M = warp_max(mg);
     const float shift = M == -INFINITY ? 0.f : M;
     const float f = mg == -INFINITY ? 0.f : exp2f(mg - shift);
     float tot = lane < C::GROUPS ? f * w_s[lane] : 0.f;

@@ -1,8 +1,11 @@
-// e4m3 -> f16 in registers, for the tiers that feed SGLang's fp8_e4m3 pool to f16 MMAs straight
-// from the e4m3 bytes in shared memory (tier_small8.cuh, and tier_rowsd.cuh's fp8 copies).
+// The f16 MMA operands of the tiers that read SGLang's fp8_e4m3 pool straight from the e4m3 bytes
+// in shared memory (tier_small8.cuh, and tier_rowsd.cuh's fp8 copies): e4m3 -> f16 in registers,
+// and q's f16 scale.
 #pragma once
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "verify_common.cuh"
 
 namespace mlav {
 
@@ -27,6 +30,23 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
 __device__ __forceinline__ uint32_t f16x2_of(float lo, float hi) {
   __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);
+}
+
+
+// q enters the f16 MMAs as bf16 q times 2^-qe, qe from the largest |q| the CTA holds, so that every
+// value stays below 2^15 (bf16 is exact in f16 from 2^-14 up); 2^qe joins the prefix logits' scale.
+// m folded with the larger |value| of the bf16 pair x
+__device__ __forceinline__ float absmax_bf16x2(float m, uint32_t x) {
+  const float2 f = unpack_bf16(x);
+  return fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+}
+__device__ __forceinline__ int q_f16_exponent(float max_abs_q) {
+  return max_abs_q >= 16384.f ? ilogbf(max_abs_q) - 13 : 0;
+}
+// the bf16 pair x times s (= 2^-qe) as f16x2
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t x, float s) {
+  const float2 f = unpack_bf16(x);
+  return f16x2_of(f.x * s, f.y * s);
 }
 
 }  // namespace mlav

@@ -273,8 +273,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         }
       }
   }
-  // fp8: q as f16 times 2^-qe, qe from the CTA's max |q| so that it stays below 2^15; 2^qe (and
-  // the e4m3 convert's 2^KV16_SHIFT) go into the prefix logits' scale, pscale_s
+  // fp8: q as f16 times 2^-qe (e4m3.cuh), qe per CTA; 2^qe and the e4m3 convert's 2^KV16_SHIFT go
+  // into the prefix logits' scale, pscale_s
   if constexpr (FP8) {
     auto each_q = [&](auto f) {
 #pragma unroll
@@ -285,23 +285,16 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           for (int i = 0; i < 4; ++i) f(qa[kk][m][i]);
     };
     float mq = 0.f;
-    each_q([&](uint32_t x) {
-      const float2 f = unpack_bf16(x);
-      mq = fmaxf(mq, fmaxf(fabsf(f.x), fabsf(f.y)));
-    });
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mq = fmaxf(mq, __shfl_xor_sync(0xffffffffu, mq, o));
+    each_q([&](uint32_t x) { mq = absmax_bf16x2(mq, x); });
+    mq = warp_max(mq);
     float* qmax_s = reinterpret_cast<float*>(xs);         // (xs is free until the first QK)
     if (lane == 0) qmax_s[warp] = mq;
     __syncthreads();
 #pragma unroll
     for (int w = 0; w < Lo::WARPS; ++w) mq = fmaxf(mq, qmax_s[w]);
-    const int qe = mq >= 16384.f ? ilogbf(mq) - 13 : 0;
+    const int qe = q_f16_exponent(mq);
     const float sc = ldexpf(1.f, -qe);
-    each_q([&](uint32_t& x) {
-      const float2 f = unpack_bf16(x);
-      x = f16x2_of(f.x * sc, f.y * sc);
-    });
+    each_q([&](uint32_t& x) { x = bf16x2_to_f16x2(x, sc); });
     if (tid == 0) *pscale_s = p.kscale_log2 * ldexpf(1.f, qe + KV16_SHIFT);   // read after the loop's barrier
   }
   // fp8: the first KV position of tile j (prefix tiles, then draft tiles)

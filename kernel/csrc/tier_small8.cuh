@@ -199,12 +199,8 @@ __device__ __forceinline__ void small8_body(const Params& p) {
   };
   {   // max |q| of the row tile, so that q fits f16's range (applied below)
     float m = 0.f;
-    each_q([&](uint32_t x) {
-      const float2 f = unpack_bf16(x);
-      m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-    });
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    each_q([&](uint32_t x) { m = absmax_bf16x2(m, x); });
+    m = warp_max(m);
     if (lane == 0) qmax_s[warp] = m;
   }
 
@@ -297,12 +293,9 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     float m = 0.f;
 #pragma unroll
     for (int w = 0; w < NWARPS; ++w) m = fmaxf(m, qmax_s[w]);
-    qe = m >= 16384.f ? ilogbf(m) - 13 : 0;
+    qe = q_f16_exponent(m);
     const float s = ldexpf(1.f, -qe);
-    each_q([&](uint32_t& x) {
-      const float2 f = unpack_bf16(x);
-      x = f16x2_of(f.x * s, f.y * s);
-    });
+    each_q([&](uint32_t& x) { x = bf16x2_to_f16x2(x, s); });
   }
   const float pref_scale = p.kscale_log2 * ldexpf(1.f, qe + KV16_SHIFT);
 
