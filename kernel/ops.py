@@ -58,6 +58,11 @@ FP8_ROW_TIERS = ((8, 1), (16, 2), (32, 4))
 FP8_LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 
 
+def _padded(rows: int, tier: int) -> int:
+    """`rows` query rows rounded up to whole row tiles of `tier`."""
+    return -(-rows // TIERS[tier]) * TIERS[tier]
+
+
 def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None, kv_fp8: bool = False) -> int:
     """The tier for requests of at most `max_draft_len` draft tokens x `H` heads on a bf16 pool,
     or (kv_fp8) on SGLang's fp8_e4m3 pool, from static shapes only (no device reads, so
@@ -73,7 +78,7 @@ def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None
     for most, tier in FP8_ROW_TIERS if kv_fp8 else ROW_TIERS:
         if rows <= most:
             return tier
-    if kv_fp8 and not _LARGE_TIER_ENV and -(-rows // 32) * 32 < -(-rows // 64) * 64:
+    if kv_fp8 and not _LARGE_TIER_ENV and _padded(rows, 4) < _padded(rows, large):
         # small8's 32-row tiles pad the rows to fewer than rows64d's copy, whose lead per row is
         # ~5 % in the sm_120 model (sm120-model-from-h200-20261203T0731.json): DDTree's padded
         # trees, 17 / 33 / 65 x 8 heads = 136 / 264 / 520 rows, run 160 / 288 / 544 against 192 / 320 / 576

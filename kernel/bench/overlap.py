@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .. import build
+from .. import build, checks
 from ..ops import TIERS, get_workspace, launch
 from .env import env_info, git_commit
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, shape_case, sm_clock_mhz
@@ -49,7 +49,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {}
 # (T, tiers of the production library) per pool; any variants run tier 9 at each T (bf16 only)
 SHAPES = {"auto": ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9))),
           FP8_KV: ((1, (1,)), (8, (8, 6, 4)), (16, (8, 4)), (32, (8, 4)))}
-ROW_BYTES = {"auto": 1152, FP8_KV: 576}
+ROW_BYTES = {"auto": checks.ROW_BYTES, FP8_KV: checks.FP8_ROW_BYTES}   # a pool row
 S, H = 185000, 8
 
 
