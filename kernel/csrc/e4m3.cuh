@@ -27,6 +27,18 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
   return (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
 #endif
 }
+// the e4m3 values in bits 23..16 and 31..24 of x, as above. The convert reads the high half in place
+// (F2FP's .H1 operand); a shift by 16 first is one more instruction a pair on sm_90
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t d;
+  asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;}\n" : "=r"(d) : "r"(x));
+  return d;
+#else
+  const uint32_t a = __byte_perm(x, 0u, 0x3424);   // bytes 2, 3 -> bits 15..8, 31..24
+  return (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
+#endif
+}
 __device__ __forceinline__ uint32_t f16x2_of(float lo, float hi) {
   __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);

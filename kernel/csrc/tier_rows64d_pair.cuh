@@ -309,16 +309,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
           if (!ok) v[sub][i] = -INFINITY;
         }
     }
-    float mx = fmaxf(fmaxf(fmaxf(v[0][0], v[0][1]), fmaxf(v[0][2], v[0][3])),
-                     fmaxf(fmaxf(v[1][0], v[1][1]), fmaxf(v[1][2], v[1][3])));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const bool bump = mx > m_run + RESCALE_LOG2;
-    float alpha = 1.f;
-    if (bump) {
-      alpha = exp2f(m_run - mx);
-      m_run = mx;
-    }
+    float alpha;
+    const bool any = stale_row_max(fmaxf(fmaxf(fmaxf(v[0][0], v[0][1]), fmaxf(v[0][2], v[0][3])),
+                                         fmaxf(fmaxf(v[1][0], v[1][1]), fmaxf(v[1][2], v[1][3]))),
+                                   RESCALE_LOG2, m_run, alpha);
     const float shift = m_run == -INFINITY ? 0.f : m_run;
     float pr[2][4];
     float sum = 0.f;
@@ -337,7 +331,6 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
     reinterpret_cast<uint4*>(inbox)[lane] = make_uint4(pack_bf16(pr[0][0], pr[0][1]), pack_bf16(pr[0][2], pr[0][3]),
                                                       pack_bf16(pr[1][0], pr[1][1]), pack_bf16(pr[1][2], pr[1][3]));
     if (qd == 0) alpha_s[srow] = alpha;
-    const bool any = __any_sync(0xffffffffu, bump);
     if (lane == 0) flag_s[warp] = any;
   };
 

@@ -12,7 +12,8 @@
 //   softmax: warp (r, d) sums the four dim-quarter partials of 8 rows of its half (a quad per
 //        row, 4 tokens per thread; the partials are stored in the order this read wants, one
 //        conflict-free 16-byte load each), keeps the running max stale until a row's max
-//        exceeds it by 2^8 (P <= 256 in bf16, so rescaling O is rare), writes P as A fragments.
+//        exceeds it by 2^8 (P <= 256 in bf16, so rescaling O is rare; a warp vote on each lane's
+//        own max decides first, so the quad's max shuffles run only then), writes P as A fragments.
 //   PV:  warp (r, d) owns O[its 32 rows, columns 64 b + 16 d .. + 15 of blocks b = 0..7] (128
 //        registers; V addresses one base plus immediates, as K's).
 // A half synchronises its 4 warps with named barriers. With two halves, they meet once per
@@ -343,8 +344,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         for (int kk = 0; kk < QK_STEPS; ++kk) {
           if (kk + 1 < QK_STEPS) ldsm_x2(kb + 16 * (kk + 1), b[(kk + 1) & 1][0], b[(kk + 1) & 1][1]);
           const uint32_t* cb = b[kk & 1];
-          const uint32_t x0 = e4m3x2_to_f16x2(cb[0]), x1 = e4m3x2_to_f16x2(cb[0] >> 16);
-          const uint32_t y0 = e4m3x2_to_f16x2(cb[1]), y1 = e4m3x2_to_f16x2(cb[1] >> 16);
+          const uint32_t x0 = e4m3x2_to_f16x2(cb[0]), x1 = e4m3x2_hi_to_f16x2(cb[0]);
+          const uint32_t y0 = e4m3x2_to_f16x2(cb[1]), y1 = e4m3x2_hi_to_f16x2(cb[1]);
           mma16816<true>(s[0][0], qa[kk][0], x0, x1);
           mma16816<true>(s[1][0], qa[kk][1], x0, x1);
           mma16816<true>(s[0][1], qa[kk][0], y0, y1);
@@ -409,9 +410,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // softmax of tile j for row srow: sum the four dim-quarter partials of this half, mask,
   // online max with a stale-max threshold, P -> ps as the PV warps' A fragments
   auto softmax = [&](int j) {
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    const float4 t0 = xs[((r * 4) * 4 + d) * 32 + lane];
+    float v[4] = {t0.x, t0.y, t0.z, t0.w};
 #pragma unroll
-    for (int dq = 0; dq < 4; ++dq) {
+    for (int dq = 1; dq < 4; ++dq) {
       const float4 t = xs[((r * 4 + dq) * 4 + d) * 32 + lane];
       v[0] += t.x; v[1] += t.y; v[2] += t.z; v[3] += t.w;
     }
@@ -442,16 +444,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         if (!ok) v[i] = -INFINITY;
       }
     }
-    float mx = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     // first finite max, or one 2^8 above the stale max: move it (m_run = -inf gives alpha 0)
-    const bool bump = mx > m_run + RESCALE_LOG2;
-    float alpha = 1.f;
-    if (bump) {
-      alpha = exp2f(m_run - mx);
-      m_run = mx;
-    }
+    float alpha;
+    const bool any = stale_row_max(fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3])), RESCALE_LOG2, m_run, alpha);
     // a row that has seen only masked keys keeps m = -inf; shift by 0 to avoid inf - inf
     const float shift = m_run == -INFINITY ? 0.f : m_run;
     const float p0 = exp2f(v[0] - shift), p1 = exp2f(v[1] - shift);
@@ -472,7 +467,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       pw[2 + (d & 1)] = pack_bf16(p2, p3);                // a2 / a3: tokens 8 + 2qd, 9 + 2qd
     }
     if (qd == 0) alpha_s[srow] = alpha;
-    const bool any = __any_sync(0xffffffffu, bump);
     if (lane == 0) flag_s[warp] = any;
   };
 
@@ -513,7 +507,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           const uint32_t* cb = b[c & 1];
           const uint32_t x = __byte_perm(cb[0], 0u, 0x3120), y = __byte_perm(cb[1], 0u, 0x3120);
           const uint32_t e0 = e4m3x2_to_f16x2(x), e1 = e4m3x2_to_f16x2(y);
-          const uint32_t o0 = e4m3x2_to_f16x2(x >> 16), o1 = e4m3x2_to_f16x2(y >> 16);
+          const uint32_t o0 = e4m3x2_hi_to_f16x2(x), o1 = e4m3x2_hi_to_f16x2(y);
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
             mma16816<true>(acc[m][2 * c], pa[m], e0, e1);

@@ -246,12 +246,12 @@ __device__ __forceinline__ void small8_body(const Params& p) {
         uint32_t r[4], a[4];
         if (kk < 8) ldsm_x4(addr, r[0], r[1], r[2], r[3]);
         else ldsm_x2(addr, r[0], r[1]);
-        a[0] = e4m3x2_to_f16x2(r[0]); a[2] = e4m3x2_to_f16x2(r[0] >> 16);
-        a[1] = e4m3x2_to_f16x2(r[1]); a[3] = e4m3x2_to_f16x2(r[1] >> 16);
+        a[0] = e4m3x2_to_f16x2(r[0]); a[2] = e4m3x2_hi_to_f16x2(r[0]);
+        a[1] = e4m3x2_to_f16x2(r[1]); a[3] = e4m3x2_hi_to_f16x2(r[1]);
         step(kk, a);
         if (kk < 8) {
-          a[0] = e4m3x2_to_f16x2(r[2]); a[2] = e4m3x2_to_f16x2(r[2] >> 16);
-          a[1] = e4m3x2_to_f16x2(r[3]); a[3] = e4m3x2_to_f16x2(r[3] >> 16);
+          a[0] = e4m3x2_to_f16x2(r[2]); a[2] = e4m3x2_hi_to_f16x2(r[2]);
+          a[1] = e4m3x2_to_f16x2(r[3]); a[3] = e4m3x2_hi_to_f16x2(r[3]);
           step(kk + 1, a);
         }
       }
@@ -392,10 +392,10 @@ __device__ __forceinline__ void small8_body(const Params& p) {
             // {x.b0, y.b0, x.b1, y.b1}: dim 4 g, then 4 g + 1, each for two tokens
             const uint32_t w0 = __byte_perm(x0, x1, 0x5140), w1 = __byte_perm(x2, x3, 0x5140);
             const uint32_t w2 = __byte_perm(x0, x1, 0x7362), w3 = __byte_perm(x2, x3, 0x7362);
-            fa[0] = e4m3x2_to_f16x2(w0); fa[1] = e4m3x2_to_f16x2(w0 >> 16);
-            fa[2] = e4m3x2_to_f16x2(w1); fa[3] = e4m3x2_to_f16x2(w1 >> 16);
-            fb[0] = e4m3x2_to_f16x2(w2); fb[1] = e4m3x2_to_f16x2(w2 >> 16);
-            fb[2] = e4m3x2_to_f16x2(w3); fb[3] = e4m3x2_to_f16x2(w3 >> 16);
+            fa[0] = e4m3x2_to_f16x2(w0); fa[1] = e4m3x2_hi_to_f16x2(w0);
+            fa[2] = e4m3x2_to_f16x2(w1); fa[3] = e4m3x2_hi_to_f16x2(w1);
+            fb[0] = e4m3x2_to_f16x2(w2); fb[1] = e4m3x2_hi_to_f16x2(w2);
+            fb[2] = e4m3x2_to_f16x2(w3); fb[3] = e4m3x2_hi_to_f16x2(w3);
           } else {   // draft rows: 4 bf16 of 4 tokens from k_extend, paired by token
             const int pos = tpos + 16 * kk + 2 * qd;
             uint2 x[4];

@@ -154,6 +154,27 @@ __device__ __forceinline__ float warp_max(float m) {
   return m;
 }
 
+// The stale running max of a row whose logits lie with a quad (4 adjacent lanes; mx = this lane's
+// largest, m_run the same in all four). It moves only when the row's max passes it by
+// 2^rescale_log2; alpha = 2^(m_run - new max) then rescales the row's sum and O, else 1. A lane's
+// own max decides, by one vote, whether any row of the warp moves, and only then does each quad
+// reduce its max (two shuffles): the usual tile, where no row moves, skips the shuffles' latency.
+// The result equals the quad reduction's in every case (a quad's max passes the bound iff one of its
+// lanes' does). Returns whether a row of the warp moved (the same in every lane).
+__device__ __forceinline__ bool stale_row_max(float mx, float rescale_log2, float& m_run, float& alpha) {
+  const bool any = __any_sync(0xffffffffu, mx > m_run + rescale_log2);
+  alpha = 1.f;
+  if (any) {
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    if (mx > m_run + rescale_log2) {
+      alpha = exp2f(m_run - mx);
+      m_run = mx;
+    }
+  }
+  return any;
+}
+
 __device__ __forceinline__ void named_bar(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
