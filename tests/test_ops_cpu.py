@@ -57,7 +57,7 @@ def test_workspace_needs_cuda():
 def test_tier_from_static_shapes():
     from kernel.ops import FP8_LARGE_TIER, LARGE_TIER, TIERS, pick_tier
     assert pick_tier(8, 1, 1) == 1                        # T = 1: 8 rows
-    assert pick_tier(8, 2, 1) == 2 and pick_tier(16, 1, 1) == 2
+    assert pick_tier(8, 2, 1) == 6 and pick_tier(16, 1, 1) == 6   # 16 rows: rows32d too
     assert pick_tier(8, 4, 1) == 6                        # 32 rows: rows32d
     assert pick_tier(8, 8, 1) == LARGE_TIER               # the centre: 64 rows
     assert pick_tier(8, 32, 8) == LARGE_TIER              # bs > 1, no hint: unknown rows per request
