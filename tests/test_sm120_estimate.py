@@ -159,9 +159,12 @@ def test_the_default_tier_follows_the_model_at_every_185k_shape_on_both_pools():
     185k shape measured in the newest model file, bf16 and fp8 (the old model put rows32d first at
     the centre)."""
     from kernel.ops import pick_tier
+    from kernel.bench.micro import FP8_SHAPES, SHAPES
     doc = _newest_model()
     at185 = [x for x in doc["lowest_tier"] if x["S"] == 185000]
-    assert len(at185) == 12
+    shapes = {("bfloat16", T) for S, T, _, _ in SHAPES if S == 185000} | \
+        {("fp8_e4m3", T) for S, T, _, _ in FP8_SHAPES if S == 185000}
+    assert {(x["kv_dtype"], x["T"]) for x in at185} == shapes   # the newest model has every micro shape
     for x in at185:
         assert pick_tier(x["H"], x["T"], 1, kv_fp8=x["kv_dtype"] == "fp8_e4m3") == x["tier"], x
 

@@ -40,9 +40,12 @@ SHAPES = ((185000, 8, 8, (8, 9, 6, 0, 4, 2, 1)), (185000, 1, 8, (1, 6, 0)), (185
           (185000, 2, 8, (2, 1, 6, 0)), (185000, 16, 8, (8, 9, 6, 0, 4, 2)), (185000, 32, 8, (8, 9, 6, 0, 4)),
           (16384, 8, 8, (8, 6, 0, 4, 2)))
 # the fp8_e4m3 pool: T = 1, 2 and 4 (8 to 32 rows), the centre, and T = 16, 32 (128, 256 rows), at
-# the fp8 tiers that serve them
+# the fp8 tiers that serve them; and DDTree's row counts (D = 17, 33, 65: 136, 264, 520 rows), where
+# small8's 32-row tiles pad fewer rows than rows64d's copy (pick_tier's padding rule), so that the
+# sm_120 model ranks the two at those shapes, not from T = 16 and 32
 FP8_SHAPES = ((185000, 1, 8, (1, 6)), (185000, 2, 8, (2, 6)), (185000, 4, 8, (6, 4)), (185000, 8, 8, (8, 6, 4)),
-              (185000, 16, 8, (4, 8)), (185000, 32, 8, (4, 8)))
+              (185000, 16, 8, (4, 8)), (185000, 32, 8, (4, 8)),
+              (185000, 17, 8, (4, 8)), (185000, 33, 8, (4, 8)), (185000, 65, 8, (4, 8)))
 
 
 def shape_case(S: int, T: int, H: int, kv_dtype: str = "auto"):
