@@ -51,13 +51,22 @@ LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 # skips its max shuffles (micro-h200-20261203T0944.json, sm120-model-from-h200-20261203T0944.json).
 ROW_TIERS = ((8, 1), (32, 6))
 # On an fp8_e4m3 pool: the small tier's copy (tier_small8.cuh) up to 32 rows (8-, 16-, 32-row tiles) and
-# wherever its 32-row tiles pad the rows to fewer (pick_tier), rows64d's copy otherwise and when the
+# wherever its 32-row tiles pad the rows to far fewer (pick_tier), rows64d's copy otherwise and when the
 # rows per request are not known: 10-11 % faster than small8's 32-row
 # tiles at 64, 128 and 256 rows on the H200 since it reads the e4m3 bytes in registers too
 # (reports/data/rungs/overlap-fp8-h200-20261203T0727.json, kernel/NOTES.md). MLA_VERIFY_LARGE_TIER
 # overrides it as on a bf16 pool (4: small8's 32-row tiles, the default before).
 FP8_ROW_TIERS = ((8, 1), (16, 2), (32, 4))
 FP8_LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
+
+
+# small8 keeps an fp8 request above 32 rows only where its 32-row tiles pad the rows to at most this
+# percentage of rows64d's copy's 64-row tiles: the copy does 8-14 % less per padded row in the sm_120
+# model at DDTree's 136 / 264 / 520 rows (160 / 288 / 544 against 192 / 320 / 576 padded), so small8
+# keeps D = 17 (83 %) and rows64d's copy takes D = 33 (90 %) and 65 (94 %), as the model ranks them
+# measured at those shapes (sm120-model-from-h200-20261203T1003.json) and as the H200 does, by wider
+# margins at 33 and 65 (micro-h200-20261203T1003.json)
+SMALL8_PADDED_PERCENT = 85
 
 
 def _padded(rows: int, tier: int) -> int:
@@ -80,10 +89,7 @@ def pick_tier(H: int, num_tokens: int, bs: int, max_draft_len: int | None = None
     for most, tier in FP8_ROW_TIERS if kv_fp8 else ROW_TIERS:
         if rows <= most:
             return tier
-    if kv_fp8 and not _LARGE_TIER_ENV and _padded(rows, 4) < _padded(rows, large):
-        # small8's 32-row tiles pad the rows to fewer than rows64d's copy, whose lead per row is
-        # ~5 % in the sm_120 model (sm120-model-from-h200-20261203T0731.json): DDTree's padded
-        # trees, 17 / 33 / 65 x 8 heads = 136 / 264 / 520 rows, run 160 / 288 / 544 against 192 / 320 / 576
+    if kv_fp8 and not _LARGE_TIER_ENV and 100 * _padded(rows, 4) <= SMALL8_PADDED_PERCENT * _padded(rows, large):
         return 4
     return large
 
