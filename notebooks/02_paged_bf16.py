@@ -314,7 +314,7 @@ if not b32.empty:
 # The kernel has three tile families, picked from static shapes only (CUDA-graph safe). The
 # **small tier** swaps the matrix operands (the KV tile becomes the wide operand) and tiles a
 # request's H x T query rows by 8 or 16, so a request with few query rows does not pay for a
-# tile of mostly padding. **rows32d** and **rows64d** (design D of the kernel memo) keep the
+# tile of mostly padding (by default bf16 requests of up to 8 rows, fp8 ones of up to 32). **rows32d** and **rows64d** (design D of the kernel memo) keep the
 # query rows in the matrix operand's rows, in 32-row pipelines of four warps: rows32d runs one
 # per CTA and two CTAs per SM (up to 32 query rows), rows64d two per CTA, offset by half a tile
 # so that one pipeline's softmax overlaps the other's matrix work (more rows). **rows64**, the
