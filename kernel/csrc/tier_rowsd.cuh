@@ -490,11 +490,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
   };
 
-  // PV(j): O[this half's 32 rows, my 128 columns] = alpha * O + P V. A ring tile's V fragments are
-  // all requested before the first MMA; with pre_tag (std::true_type) the first NPRE of them are
-  // the ones pv_fetch requested into vf
-  auto pv = [&](int j, auto draft_tag, const VFrag& vf, auto pre_tag) {
-    constexpr bool DRAFT = decltype(draft_tag)::value, PRE = decltype(pre_tag)::value;
+  // PV(j): O[this half's 32 rows, my 128 columns] = alpha * O + P V; with `pre` (a ring tile), the V
+  // fragments pv_fetch requested, else loaded here
+  auto pv = [&](int j, auto draft_tag, const VFrag* pre = nullptr) {
+    constexpr bool DRAFT = decltype(draft_tag)::value;
     const int4 f = reinterpret_cast<const int4*>(flag_s)[r];
     if ((f.x | f.y | f.z | f.w) != 0) {                   // uniform across the half
 #pragma unroll
@@ -514,21 +513,39 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       pa[m][0] = t.x; pa[m][1] = t.y; pa[m][2] = t.z; pa[m][3] = t.w;
     }
     if constexpr (FP8) {
-      if (PRE || !DRAFT || j < n_main()) {
-        // e4m3, columns 128 d + 16 c .. + 15 by one ldmatrix.x2.trans: lanes 0-7 address tokens
-        // 0-7, lanes 8-15 tokens 8-15. A register holds tokens 2 qd, 2 qd + 1 of the byte pair 2 g,
-        // 2 g + 1; byte_perm puts the even bytes (columns 2 g) in its low half and the odd ones in
-        // its high half: n-tiles 2 c (even) and 2 c + 1
+      if (pre) {   // as below; the first NPRE steps from the fragments pv_fetch requested
         const uint32_t vb = v_addr(j);
         uint32_t b[8][2];
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          if (PRE && c < NPRE) { b[c][0] = vf.v[c][0]; b[c][1] = vf.v[c][1]; }
+          if (c < NPRE) { b[c][0] = pre->v[c][0]; b[c][1] = pre->v[c][1]; }
           else ldsm_x2_t(vb + 16 * c, b[c][0], b[c][1]);
         }
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           const uint32_t x = __byte_perm(b[c][0], 0u, 0x3120), y = __byte_perm(b[c][1], 0u, 0x3120);
+          const uint32_t e0 = e4m3x2_to_f16x2(x), e1 = e4m3x2_to_f16x2(y);
+          const uint32_t o0 = e4m3x2_hi_to_f16x2(x), o1 = e4m3x2_hi_to_f16x2(y);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            mma16816<true>(acc[m][2 * c], pa[m], e0, e1);
+            mma16816<true>(acc[m][2 * c + 1], pa[m], o0, o1);
+          }
+        }
+      } else if (!DRAFT || j < n_main()) {
+        // e4m3, columns 128 d + 16 c .. + 15 by one ldmatrix.x2.trans (requested 16 columns
+        // ahead): lanes 0-7 address tokens 0-7, lanes 8-15 tokens 8-15. A register holds tokens
+        // 2 qd, 2 qd + 1 of the byte pair 2 g, 2 g + 1; byte_perm puts the even bytes (columns
+        // 2 g) in its low half and the odd ones in its high half: n-tiles 2 c (even) and 2 c + 1
+        const uint8_t* vt = ring8 + (j % Lo::KST) * Lo::STAGE8;
+        const uint32_t vb = smem_u32(vt + (lane & 15) * Lo::ROW8 + 128 * d);
+        uint32_t b[2][2];
+        ldsm_x2_t(vb, b[0][0], b[0][1]);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          if (c + 1 < 8) ldsm_x2_t(vb + 16 * (c + 1), b[(c + 1) & 1][0], b[(c + 1) & 1][1]);
+          const uint32_t* cb = b[c & 1];
+          const uint32_t x = __byte_perm(cb[0], 0u, 0x3120), y = __byte_perm(cb[1], 0u, 0x3120);
           const uint32_t e0 = e4m3x2_to_f16x2(x), e1 = e4m3x2_to_f16x2(y);
           const uint32_t o0 = e4m3x2_hi_to_f16x2(x), o1 = e4m3x2_hi_to_f16x2(y);
 #pragma unroll
@@ -564,13 +581,12 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
             }
           }
       }
-    } else {
-      // n-tiles 2 n2, 2 n2 + 1 are chunks 8 n2 + 2 d, + 1 (columns 64 n2 + 16 d .. + 15): block n2
+    } else if (pre) {   // as below; the first NPRE steps from the fragments pv_fetch requested
       const uint32_t vb = v_addr(j);
       uint32_t b[8][4];
 #pragma unroll
       for (int n2 = 0; n2 < 8; ++n2) {
-        if (PRE && n2 < NPRE) { b[n2][0] = vf.v[n2][0]; b[n2][1] = vf.v[n2][1]; b[n2][2] = vf.v[n2][2]; b[n2][3] = vf.v[n2][3]; }
+        if (n2 < NPRE) { b[n2][0] = pre->v[n2][0]; b[n2][1] = pre->v[n2][1]; b[n2][2] = pre->v[n2][2]; b[n2][3] = pre->v[n2][3]; }
         else ldsm_x4_t(vb + 128 * n2, b[n2][0], b[n2][1], b[n2][2], b[n2][3]);
       }
 #pragma unroll
@@ -580,6 +596,27 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           mma16816(acc[m][2 * n2], pa[m], b[n2][0], b[n2][1]);
           mma16816(acc[m][2 * n2 + 1], pa[m], b[n2][2], b[n2][3]);
         }
+    } else {
+      const __nv_bfloat16* vt = ring + (j % Lo::KST) * (BN * D);
+      const int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
+      const int sub = lane >> 4;
+      // n-tiles 2 n2, 2 n2 + 1 are chunks 8 n2 + 2 d, + 1 (columns 64 n2 + 16 d .. + 15): block n2
+      const uint32_t vb = smem_u32(vt + swz(tok, 2 * d + sub) * 8);
+      uint32_t b[2][4];
+      ldsm_x4_t(vb, b[0][0], b[0][1], b[0][2], b[0][3]);
+#pragma unroll
+      for (int n2 = 0; n2 < 8; ++n2) {
+        if (n2 + 1 < 8) {
+          uint32_t* nb = b[(n2 + 1) & 1];
+          ldsm_x4_t(vb + 128 * (n2 + 1), nb[0], nb[1], nb[2], nb[3]);
+        }
+        const uint32_t* cb = b[n2 & 1];
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma16816(acc[m][2 * n2], pa[m], cb[0], cb[1]);
+          mma16816(acc[m][2 * n2 + 1], pa[m], cb[2], cb[3]);
+        }
+      }
     }
   };
   auto half_bar = [&]() { named_bar(1 + r, 128); };
@@ -611,13 +648,13 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       if (do_sm) softmax(j);
       if (FETCH && do_pv) pv_fetch(j, vf);
       half_bar();
-      if (do_pv) pv(j, draft_tag, vf, std::bool_constant<FETCH>());
+      if (do_pv) pv(j, draft_tag, FETCH ? &vf : nullptr);
     } else {
       if (j > 0) {                                        // the CTA barrier ordered xs(j-1)
         if (do_sm) softmax(j - 1);
         if (FETCH && do_pv) pv_fetch(j - 1, vf);
         half_bar();
-        if (do_pv) pv(j - 1, draft_tag, vf, std::bool_constant<FETCH>());
+        if (do_pv) pv(j - 1, draft_tag, FETCH ? &vf : nullptr);
       }
       if (do_qk) qk(j, draft_tag);
     }
@@ -633,8 +670,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     half_bar();
     if (do_sm) softmax(n_tiles - 1);
     half_bar();
-    VFrag vf;   // (not fetched early: fp8's last tile may be a draft tile)
-    if (do_pv) pv(n_tiles - 1, std::true_type(), vf, std::false_type());
+    if (do_pv) pv(n_tiles - 1, std::true_type());
   }
   cp_async_wait<0>();
   MLAV_TRACE_AT(TRACE_VERIFY, 3);
