@@ -470,29 +470,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (lane == 0) flag_s[warp] = any;
   };
 
-  // The first NPRE steps' V fragments of ring tile j (this warp's columns): bf16 ldmatrix.x4.trans,
-  // fp8 ldmatrix.x2.trans of bytes, 8 registers. Requested before the half barrier that precedes PV,
-  // they land while the warp waits there, not after it (Nsight Compute put ~5 % of rows64d's stall
-  // samples on PV's first MMAs waiting on these loads); more than 8 registers held across the
-  // barrier spill
-  constexpr int NPRE = FP8 ? 4 : 2;
-  struct VFrag { uint32_t v[NPRE][FP8 ? 2 : 4]; };
-  auto v_addr = [&](int j) {   // this lane's ldmatrix row address of step 0
-    if constexpr (FP8) return smem_u32(ring8 + (j % Lo::KST) * Lo::STAGE8 + (lane & 15) * Lo::ROW8 + 128 * d);
-    else return smem_u32(ring + (j % Lo::KST) * (BN * D) + swz(((lane >> 3) & 1) * 8 + (lane & 7), 2 * d + (lane >> 4)) * 8);
-  };
-  auto pv_fetch = [&](int j, VFrag& f) {
-    const uint32_t vb = v_addr(j);
-#pragma unroll
-    for (int c = 0; c < NPRE; ++c) {
-      if constexpr (FP8) ldsm_x2_t(vb + 16 * c, f.v[c][0], f.v[c][1]);
-      else ldsm_x4_t(vb + 128 * c, f.v[c][0], f.v[c][1], f.v[c][2], f.v[c][3]);
-    }
-  };
-
-  // PV(j): O[this half's 32 rows, my 128 columns] = alpha * O + P V; with `pre` (a ring tile), the V
-  // fragments pv_fetch requested, else loaded here
-  auto pv = [&](int j, auto draft_tag, const VFrag* pre = nullptr) {
+  // PV(j): O[this half's 32 rows, my 128 columns] = alpha * O + P V
+  auto pv = [&](int j, auto draft_tag) {
     constexpr bool DRAFT = decltype(draft_tag)::value;
     const int4 f = reinterpret_cast<const int4*>(flag_s)[r];
     if ((f.x | f.y | f.z | f.w) != 0) {                   // uniform across the half
@@ -513,26 +492,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       pa[m][0] = t.x; pa[m][1] = t.y; pa[m][2] = t.z; pa[m][3] = t.w;
     }
     if constexpr (FP8) {
-      if (pre) {   // as below; the first NPRE steps from the fragments pv_fetch requested
-        const uint32_t vb = v_addr(j);
-        uint32_t b[8][2];
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          if (c < NPRE) { b[c][0] = pre->v[c][0]; b[c][1] = pre->v[c][1]; }
-          else ldsm_x2_t(vb + 16 * c, b[c][0], b[c][1]);
-        }
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const uint32_t x = __byte_perm(b[c][0], 0u, 0x3120), y = __byte_perm(b[c][1], 0u, 0x3120);
-          const uint32_t e0 = e4m3x2_to_f16x2(x), e1 = e4m3x2_to_f16x2(y);
-          const uint32_t o0 = e4m3x2_hi_to_f16x2(x), o1 = e4m3x2_hi_to_f16x2(y);
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            mma16816<true>(acc[m][2 * c], pa[m], e0, e1);
-            mma16816<true>(acc[m][2 * c + 1], pa[m], o0, o1);
-          }
-        }
-      } else if (!DRAFT || j < n_main()) {
+      if (!DRAFT || j < n_main()) {
         // e4m3, columns 128 d + 16 c .. + 15 by one ldmatrix.x2.trans (requested 16 columns
         // ahead): lanes 0-7 address tokens 0-7, lanes 8-15 tokens 8-15. A register holds tokens
         // 2 qd, 2 qd + 1 of the byte pair 2 g, 2 g + 1; byte_perm puts the even bytes (columns
@@ -581,21 +541,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
             }
           }
       }
-    } else if (pre) {   // as below; the first NPRE steps from the fragments pv_fetch requested
-      const uint32_t vb = v_addr(j);
-      uint32_t b[8][4];
-#pragma unroll
-      for (int n2 = 0; n2 < 8; ++n2) {
-        if (n2 < NPRE) { b[n2][0] = pre->v[n2][0]; b[n2][1] = pre->v[n2][1]; b[n2][2] = pre->v[n2][2]; b[n2][3] = pre->v[n2][3]; }
-        else ldsm_x4_t(vb + 128 * n2, b[n2][0], b[n2][1], b[n2][2], b[n2][3]);
-      }
-#pragma unroll
-      for (int n2 = 0; n2 < 8; ++n2)
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          mma16816(acc[m][2 * n2], pa[m], b[n2][0], b[n2][1]);
-          mma16816(acc[m][2 * n2 + 1], pa[m], b[n2][2], b[n2][3]);
-        }
     } else {
       const __nv_bfloat16* vt = ring + (j % Lo::KST) * (BN * D);
       const int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
@@ -639,22 +584,17 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
     }
     cp_async_commit();
-    // (fp8's draft tiles are read from k_extend in PV, so only its prefix loop fetches early)
-    constexpr bool FETCH = !FP8 || !decltype(draft_tag)::value;
-    VFrag vf;
     if (HALVES == 1 || r == 0) {
       if (do_qk) qk(j, draft_tag);
       half_bar();
       if (do_sm) softmax(j);
-      if (FETCH && do_pv) pv_fetch(j, vf);
       half_bar();
-      if (do_pv) pv(j, draft_tag, FETCH ? &vf : nullptr);
+      if (do_pv) pv(j, draft_tag);
     } else {
       if (j > 0) {                                        // the CTA barrier ordered xs(j-1)
         if (do_sm) softmax(j - 1);
-        if (FETCH && do_pv) pv_fetch(j - 1, vf);
         half_bar();
-        if (do_pv) pv(j - 1, draft_tag, FETCH ? &vf : nullptr);
+        if (do_pv) pv(j - 1, draft_tag);
       }
       if (do_qk) qk(j, draft_tag);
     }
