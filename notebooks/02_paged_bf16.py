@@ -831,8 +831,8 @@ else:
 # %% [markdown]
 # <a id="production-shapes"></a>
 # ## 13. The production algorithm's shapes: DFLASH blocks and DDTree trees
-# The service this kernel is for runs Kimi-K2 with DDTree speculative decoding (SGLang pull request
-# #29907): a DFLASH block-diffusion drafter proposes, DDTree builds a tree under a node budget, and
+# The service this kernel is for runs Kimi-K2 with DDTree speculative decoding (SGLang pull
+# request #29907): a DFLASH block-diffusion drafter proposes, DDTree builds a tree under a node budget, and
 # the target verifies D = budget + 1 nodes per request in one TARGET_VERIFY, every request padded
 # to D with nodes that see only the prefix. SGLang 0.5.23 itself ships DFLASH, which verifies a
 # causal block (16 tokens for its drafters). At 8 heads per GPU these are 128 to 520 query rows per
@@ -885,6 +885,26 @@ else:
         "verified row, DDTree's padding rows included: the kernel computes them. `vs_centre`: ours at this "
         "shape over ours at T = 8 on the same pool, batch and prefixes. `step_ms`: 61 layers of ours. SGLang's kernel is "
         "timed on the bf16 pool only (n/a on fp8)."))
+
+# %%
+# which fp8 tier serves more than 32 rows: small8's 32-row tiles pad DDTree's trees to fewer rows
+# than 64-row tiles do, rows64d's fp8 copy does less per padded row
+race = data.fp8_large_tiers(micro, sm120) if micro is not None else pd.DataFrame()
+if not race.empty:
+    display(figures.table(
+        race[["T", "query_rows", "rows_small8", "rows_copy", "h200_small8_us", "h200_copy_us", "h200_faster",
+              "model_small8_us", "model_copy_us", "model_lower"]].rename(columns={
+                  "query_rows": "query rows", "rows_small8": "padded, small8", "rows_copy": "padded, rows64d's copy",
+                  "h200_small8_us": "H200 small8, us", "h200_copy_us": "H200 copy, us", "h200_faster": "faster on the H200",
+                  "model_small8_us": "sm_120 ESTIMATE small8, us", "model_copy_us": "sm_120 ESTIMATE copy, us",
+                  "model_lower": "lower in the model"}),
+        {"H200 small8, us": "{:,.1f}", "H200 copy, us": "{:,.1f}", "sm_120 ESTIMATE small8, us": "{:,.1f}",
+         "sm_120 ESTIMATE copy, us": "{:,.1f}"},
+        f"The fp8 pool above 32 query rows, H = {int(race['H'].iloc[0])}, S = {int(race['S'].iloc[0]):,}: small8's "
+        f"32-row tiles against rows64d's fp8 copy, full kernel (`{Path(micro['_path']).name}`) and the sm_120 "
+        f"model (`{Path(sm120['_path']).name if sm120 is not None else 'none'}`, a model, not a measurement). The "
+        "default (kernel.ops.pick_tier) follows the model: small8 only where its tiles pad to at most 85 % of "
+        "the copy's rows. A bench row above ran the tier its own commit picked."))
 
 # %%
 if backend is None or backend_cases.empty:

@@ -773,6 +773,39 @@ def sm120_frame(doc: dict, kv_dtype: str = BF16_KV, clock: str | None = None) ->
                           ).reset_index(drop=True)
 
 
+def fp8_large_tiers(micro: dict, model: dict | None = None) -> pd.DataFrame:
+    """On the fp8 pool, each microbench shape above 32 query rows per request that the file times
+    at both small8's 32-row tiles (tier 4) and rows64d's fp8 copy (tier 8): the rows each pads to,
+    both full-kernel times on the H200, both sm_120 estimates where the model file has them (a
+    MODEL, not a measurement), and which tier is faster / lower in each. pick_tier chooses between
+    these two above 32 rows. Empty when the file has no such shape."""
+    mf = micro_frame(micro, FP8_KV)
+    est = sm120_frame(model, FP8_KV) if model is not None else pd.DataFrame()
+    out = []
+    for (S, T, H), g in mf.groupby(["S", "T", "H"]):
+        t = g.set_index("tier")
+        rows = int(T * H)
+        if rows <= 32 or not {4, 8} <= set(t.index) or t.loc[[4, 8], "full_us"].isna().any():
+            continue
+        r = {"S": int(S), "T": int(T), "H": int(H), "query_rows": rows,
+             "rows_small8": -(-rows // 32) * 32, "rows_copy": -(-rows // 64) * 64,
+             "h200_small8_us": float(t.loc[4, "full_us"]), "h200_copy_us": float(t.loc[8, "full_us"]),
+             "model_small8_us": float("nan"), "model_copy_us": float("nan")}
+        e = est[(est["S"] == S) & (est["T"] == T) & (est["H"] == H)].set_index("tier") if not est.empty else est
+        if not e.empty and {4, 8} <= set(e.index):
+            r["model_small8_us"] = float(e.loc[4, "sm120_estimate_us"])
+            r["model_copy_us"] = float(e.loc[8, "sm120_estimate_us"])
+        out.append(r)
+    if not out:
+        return pd.DataFrame()
+    df = pd.DataFrame(out)
+    name = {True: tier_name(4), False: tier_name(8)}
+    df["h200_faster"] = [name[a < b] for a, b in zip(df["h200_small8_us"], df["h200_copy_us"])]
+    df["model_lower"] = [name[a < b] if not (math.isnan(a) or math.isnan(b)) else "n/a"
+                         for a, b in zip(df["model_small8_us"], df["model_copy_us"])]
+    return df.sort_values(["S", "T", "H"], ascending=[False, True, True]).reset_index(drop=True)
+
+
 def sm120_clocks_frame(doc: dict, kv_dtype: str = BF16_KV) -> pd.DataFrame:
     """Per shape, the tier the model ranks lowest at the default clock and its estimate and
     overlapped bound at every clock of the file (columns "<clock> estimate" / "<clock> overlapped",

@@ -117,3 +117,23 @@ def test_recorded_fixed_cost_and_phases():
     assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (3.6, 3.5)
     assert round(r["second_cta_us"], 1) == 2.0 and r["launch_spread_us"] < 0.5
     assert r["tile"] == "small (8-row tiles)"
+
+
+def test_fp8_large_tiers_pairs_both_tiers_and_the_model_at_ddtree_rows():
+    """micro-h200-20261203T1003.json times the fp8 pool at DDTree's row counts at both tiers
+    pick_tier chooses between above 32 rows; its model file ranks them. The frame pads, pairs and
+    names them as the files say (D = 17: small8 in both; D = 65: rows64d's copy in both), and leaves
+    out the shapes at 32 rows or fewer and those timed at one of the two tiers only."""
+    micro = data.load_file(DATA / "micro-h200-20261203T1003.json")
+    model = data.load_file(DATA / "sm120-model-from-h200-20261203T1003.json")
+    race = data.fp8_large_tiers(micro, model).set_index("T")
+    assert sorted(race.index) == [8, 16, 17, 32, 33, 65]
+    d17, d65 = race.loc[17], race.loc[65]
+    assert (d17["query_rows"], d17["rows_small8"], d17["rows_copy"]) == (136, 160, 192)
+    assert f"{d17['h200_small8_us']:.1f} {d17['h200_copy_us']:.1f}" == "368.6 376.3"
+    assert d17["h200_faster"] == d17["model_lower"] == data.tier_name(4)
+    assert f"{d65['h200_small8_us']:.1f} {d65['h200_copy_us']:.1f}" == "1343.2 1115.9"
+    assert d65["h200_faster"] == d65["model_lower"] == data.tier_name(8)
+    assert data.fp8_large_tiers(micro).set_index("T").loc[65, "model_lower"] == "n/a"   # no model file
+    bf16_only = {"_path": "m.json", "rows": [r for r in micro["rows"] if r.get("kv_dtype") != "fp8_e4m3"]}
+    assert data.fp8_large_tiers(bf16_only, model).empty
