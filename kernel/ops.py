@@ -52,9 +52,9 @@ LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 ROW_TIERS = ((8, 1), (32, 6))
 # On an fp8_e4m3 pool: the small tier's copy (tier_small8.cuh) up to 32 rows (8-, 16-, 32-row tiles) and
 # wherever its 32-row tiles pad the rows to far fewer (pick_tier), rows64d's copy otherwise and when the
-# rows per request are not known: 10-11 % faster than small8's 32-row
-# tiles at 64, 128 and 256 rows on the H200 since it reads the e4m3 bytes in registers too
-# (reports/data/rungs/overlap-fp8-h200-20261203T0727.json, kernel/NOTES.md). MLA_VERIFY_LARGE_TIER
+# rows per request are not known: 10-11 % faster than small8's 32-row tiles at 64, 128 and 256 rows
+# on the H200 since it reads the e4m3 bytes in registers too (reports/data/rungs/overlap-fp8-h200-
+# 20261203T0727.json), 16-18 % since the softmax vote (micro-h200-20261203T0944.json; kernel/NOTES.md). MLA_VERIFY_LARGE_TIER
 # overrides it as on a bf16 pool (4: small8's 32-row tiles, the default before).
 FP8_ROW_TIERS = ((8, 1), (16, 2), (32, 4))
 FP8_LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
