@@ -50,12 +50,12 @@ LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 # than its 16-row tiles on the H200 and, by a hair, in the sm_120 model since rows32d's softmax
 # skips its max shuffles (micro-h200-20261203T0944.json, sm120-model-from-h200-20261203T0944.json).
 ROW_TIERS = ((8, 1), (32, 6))
-# On an fp8_e4m3 pool: the small tier's copy (tier_small8.cuh) up to 32 rows (8-, 16-, 32-row tiles) and
-# wherever its 32-row tiles pad the rows to far fewer (pick_tier), rows64d's copy otherwise and when the
-# rows per request are not known: 10-11 % faster than small8's 32-row tiles at 64, 128 and 256 rows
-# on the H200 since it reads the e4m3 bytes in registers too (reports/data/rungs/overlap-fp8-h200-
-# 20261203T0727.json), 16-18 % since the softmax vote (micro-h200-20261203T0944.json; kernel/NOTES.md). MLA_VERIFY_LARGE_TIER
-# overrides it as on a bf16 pool (4: small8's 32-row tiles, the default before).
+# On an fp8_e4m3 pool: the small tier's copy (tier_small8.cuh) up to 32 rows (8-, 16-, 32-row tiles)
+# and wherever its 32-row tiles pad the rows to far fewer (pick_tier), rows64d's copy otherwise and
+# when the rows per request are not known. The copy reads the e4m3 bytes in registers too and is
+# 16-18 % faster than small8's 32-row tiles at 64, 128 and 256 rows on the H200
+# (micro-h200-20261203T0944.json; kernel/NOTES.md). MLA_VERIFY_LARGE_TIER overrides it as on a
+# bf16 pool (4: small8's 32-row tiles, the default before).
 FP8_ROW_TIERS = ((8, 1), (16, 2), (32, 4))
 FP8_LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 
