@@ -635,8 +635,10 @@ else:
     names = {"boost": "boost", "max_q": "Max-Q", "max_q_base": "Max-Q base"}
     published = ", ".join(f"{v:,g} {glossary.SM120_ASSUMPTIONS[k]}"
                           if k in glossary.SM120_ASSUMPTIONS else f"{k} = {v}" for k, v in a.items())
-    lines = [f"Model: {sm120['model']}; from `{sm120['inputs']['micro']}` and "
-             f"`{sm120['inputs']['bench']}`. Published sm_120 figures: {published}. SM clocks: "
+    bench_in = sm120["inputs"].get("bench")
+    lines = [f"Model: {sm120['model']}; from `{sm120['inputs']['micro']}`"
+             + (f" and `{bench_in}`" if bench_in else " (its run had no bench file: the read ceiling is the micro file's)")
+             + f". Published sm_120 figures: {published}. SM clocks: "
              + ", ".join(f"{names.get(k, k)} {v:g} GHz" for k, v in clocks.items())
              + f" (sources in the model file; the table: {names.get(sm120['default_clock'])}). Assumed: the H200's read ceiling over its "
              f"{sm120['assumptions']['h200_spec_GBps']:,.0f} GB/s spec "
