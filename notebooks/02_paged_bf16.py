@@ -905,8 +905,8 @@ if not race.empty:
         f"The fp8 pool above 32 query rows, H = {int(race['H'].iloc[0])}, S = {int(race['S'].iloc[0]):,}: small8's "
         f"32-row tiles against rows64d's fp8 copy, full kernel (`{Path(micro['_path']).name}`) and the sm_120 "
         f"model (`{Path(sm120['_path']).name if sm120 is not None else 'none'}`, a model, not a measurement). The "
-        "default (kernel.ops.pick_tier) follows the model: small8 only where its tiles pad to at most 85 % of "
-        "the copy's rows. A bench row above ran the tier its own commit picked."))
+        "default (kernel.ops.pick_tier) follows the model: small8 only where its tiles pad to far fewer rows "
+        "than the copy's (kernel.ops.SMALL8_PADDED_PERCENT). A bench row above ran the tier its own commit picked."))
 
 # %%
 if backend is None or backend_cases.empty:

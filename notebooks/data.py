@@ -788,7 +788,7 @@ def fp8_large_tiers(micro: dict, model: dict | None = None) -> pd.DataFrame:
         if rows <= 32 or not {4, 8} <= set(t.index) or t.loc[[4, 8], "full_us"].isna().any():
             continue
         r = {"S": int(S), "T": int(T), "H": int(H), "query_rows": rows,
-             "rows_small8": -(-rows // 32) * 32, "rows_copy": -(-rows // 64) * 64,
+             "rows_small8": -(-rows // TIER_ROWS[4]) * TIER_ROWS[4], "rows_copy": -(-rows // TIER_ROWS[8]) * TIER_ROWS[8],
              "h200_small8_us": float(t.loc[4, "full_us"]), "h200_copy_us": float(t.loc[8, "full_us"]),
              "model_small8_us": float("nan"), "model_copy_us": float("nan")}
         e = est[(est["S"] == S) & (est["T"] == T) & (est["H"] == H)].set_index("tier") if not est.empty else est
