@@ -567,13 +567,13 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto half_bar = [&]() { named_bar(1 + r, 128); };
 
   MLAV_TRACE_AT(TRACE_VERIFY, 2);
-  // one tile step. fp8 runs it in two loops, the prefix tiles' and the draft tiles' (draft_tag):
-  // Q's f16 fragments are dead in the second, which frees the registers its bf16 QK needs
-  auto step = [&](int j, auto draft_tag) {
+  // the top of tile step j, both halves: tile j visible, the next tile's copies issued
+  auto top = [&](int j) {
     cp_async_wait<AHEAD - 1>();                           // tile j landed (this thread's copies)
     // tile j visible; every half is past its last read of tile j + AHEAD - KST, whose stage
-    // takes tile j + AHEAD (fp8: only prefix tiles go through the ring)
-    __syncthreads();
+    // takes tile j + AHEAD (fp8: only prefix tiles go through the ring). Each half reaches it in
+    // a loop of its own, so at an instruction of its own: the barrier is not the aligned kind
+    cta_bar_unaligned();
     if (loads) {
       if constexpr (FP8) {
         if (j + AH < n_main()) load_lean8(j + AH);
@@ -584,28 +584,39 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
     }
     cp_async_commit();
-    if (HALVES == 1 || r == 0) {
-      if (do_qk) qk(j, draft_tag);
+  };
+  // one tile step of each half (half 0, or the one half of rows32d; half 1 runs a tile behind in
+  // its softmax and PV). Each half has a loop of its own: the half branch stays out of the loop,
+  // where at 255 registers ptxas re-read the thread index before it on every tile
+  auto step0 = [&](int j, auto draft_tag) {
+    top(j);
+    if (do_qk) qk(j, draft_tag);
+    half_bar();
+    if (do_sm) softmax(j);
+    half_bar();
+    if (do_pv) pv(j, draft_tag);
+  };
+  auto step1 = [&](int j, auto draft_tag) {
+    top(j);
+    if (j > 0) {                                          // the CTA barrier ordered xs(j-1)
+      if (do_sm) softmax(j - 1);
       half_bar();
-      if (do_sm) softmax(j);
-      half_bar();
-      if (do_pv) pv(j, draft_tag);
+      if (do_pv) pv(j - 1, draft_tag);
+    }
+    if (do_qk) qk(j, draft_tag);
+  };
+  // fp8 runs the steps in two loops, the prefix tiles' and the draft tiles' (draft_tag): Q's f16
+  // fragments are dead in the second, which frees the registers its bf16 QK needs
+  auto run = [&](auto step) {
+    if constexpr (FP8) {
+      int j = 0;
+      for (; j < n_main(); ++j) step(j, std::false_type());
+      for (; j < n_tiles; ++j) step(j, std::true_type());
     } else {
-      if (j > 0) {                                        // the CTA barrier ordered xs(j-1)
-        if (do_sm) softmax(j - 1);
-        half_bar();
-        if (do_pv) pv(j - 1, draft_tag);
-      }
-      if (do_qk) qk(j, draft_tag);
+      for (int j = 0; j < n_tiles; ++j) step(j, std::false_type());
     }
   };
-  if constexpr (FP8) {
-    int j = 0;
-    for (; j < n_main(); ++j) step(j, std::false_type());
-    for (; j < n_tiles; ++j) step(j, std::true_type());
-  } else {
-    for (int j = 0; j < n_tiles; ++j) step(j, std::false_type());
-  }
+  if (HALVES == 1 || r == 0) run(step0); else run(step1);
   if (HALVES == 2 && r == 1 && n_tiles > 0) {             // half 1's last tile
     half_bar();
     if (do_sm) softmax(n_tiles - 1);

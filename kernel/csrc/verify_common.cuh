@@ -178,6 +178,11 @@ __device__ __forceinline__ bool stale_row_max(float mx, float rescale_log2, floa
 __device__ __forceinline__ void named_bar(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// a CTA barrier that the warps may reach at different instructions (__syncthreads is
+// barrier.sync.aligned: every thread of the CTA at the same one, or the behaviour is undefined)
+__device__ __forceinline__ void cta_bar_unaligned() {
+  asm volatile("barrier.sync 0;\n" ::: "memory");
+}
 
 struct Item {
   int b, rt, split, ns, nrt;
