@@ -3,17 +3,24 @@ tiles, a split's end), checked against the float64 oracle; meant to run under co
 so that an out-of-bounds copy, a misused barrier or a shared-memory race in any tier's loader is
 seen, not only in the default tiers SGLang's backend check reaches.
 
-    compute-sanitizer --tool memcheck --error-exitcode 3 python -m kernel.bench.sanitize_tiers --out DIR
+    python -m kernel.bench.sanitize_tiers --under racecheck --tiers 8 --pools bf16 --out DIR
+    compute-sanitizer --tool memcheck --error-exitcode 3 python -m kernel.bench.sanitize_tiers --tool memcheck --out DIR
     python -m kernel.bench.sanitize_tiers --tiers 9 --pools bf16 --out DIR   (without the sanitizer: the checks alone)
 
-Writes DIR/sanitize-tiers-<tool>.json (rows: pool, tier, case, rel_err, pass) and prints a
-table last; exits 1 when a check fails (the sanitizer's own exit code says what it found).
+Writes DIR/sanitize-tiers-<tool>.json (rows: pool, tier, case, rel_err, pass; "pass" is the checks')
+and prints a table last; exits 1 when a check fails. Run by hand under compute-sanitizer, only the
+tool's exit code says what it found; with --under TOOL this runs itself under compute-sanitizer
+and adds the tool's verdict to the file ("sanitizer": exit code, summary line, clean), exiting 3
+when the tool reported anything.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,6 +54,47 @@ def cases(pool: str, device: str):
                 kv_dtype=kv)
 
 
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+# the tool's last word: "ERROR SUMMARY: 0 errors" (memcheck, synccheck, initcheck) or
+# "RACECHECK SUMMARY: 33 hazards displayed (33 errors, 0 warnings)"
+SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY: .*")
+
+
+def sanitizer_verdict(returncode: int, output: str) -> dict:
+    """What compute-sanitizer said: its exit code (3 = it reported something, with
+    --error-exitcode 3), its last summary line, and clean = exit 0 with a summary seen."""
+    found = SUMMARY.findall(output)
+    summary = found[-1].strip() if found else None
+    return {"returncode": returncode, "summary": summary, "clean": returncode == 0 and summary is not None}
+
+
+def run_under(tool: str, argv: list[str], out: Path) -> int:
+    """Run this module under compute-sanitizer's `tool` with argv (its own arguments but --under),
+    echo its output, and add the tool's verdict to the JSON the child wrote."""
+    exe = shutil.which("compute-sanitizer")
+    if exe is None:
+        print(f"error: --under {tool}: compute-sanitizer is not on PATH", file=sys.stderr)
+        return 2
+    cmd = [exe, "--tool", tool, "--error-exitcode", "3", sys.executable, "-m", "kernel.bench.sanitize_tiers",
+           *argv, "--tool", tool]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout, end="")
+    verdict = dict(tool=tool, **sanitizer_verdict(proc.returncode, proc.stdout))
+    path = out / f"sanitize-tiers-{tool}.json"
+    if not path.exists():   # the child died before writing (a kernel fault under the tool, say)
+        print(f"sanitize_tiers --under {tool}: no {path} written; exit {proc.returncode}, "
+              f"{verdict['summary'] or 'no summary'}", file=sys.stderr)
+        return proc.returncode or 1
+    doc = json.loads(path.read_text())
+    doc["sanitizer"] = verdict
+    path.write_text(json.dumps(doc, indent=1))
+    print(f"sanitize_tiers --under {tool}: checks {'pass' if doc['pass'] else 'FAIL'}; "
+          f"{verdict['summary'] or 'no summary'} (exit {proc.returncode})")
+    if not doc["pass"]:
+        return 1
+    return 0 if verdict["clean"] else 3
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for sanitize-tiers-<tool>.json")
@@ -56,6 +104,9 @@ def main(argv=None) -> int:
                     help="the sanitizer tool this runs under, for the file's name (default: none)")
     ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
                     help="recorded with the results (default: $MLA_VERIFY_COMMIT, else git HEAD)")
+    ap.add_argument("--under", choices=SANITIZER_TOOLS,
+                    help="run under compute-sanitizer's TOOL and record its verdict in the file")
+    argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)
     pools = [p for p in a.pools.split(",") if p]
     bad = [p for p in pools if p not in ("bf16", "fp8")]
@@ -68,6 +119,19 @@ def main(argv=None) -> int:
     unknown = [t for t in want if t not in TIERS]
     if unknown:
         ap.error(f"--tiers: {unknown} not among the tiers {sorted(TIERS)}")
+    if a.under:
+        if any(x == "--tool" or x.startswith("--tool=") for x in argv):
+            ap.error(f"--tool: --under {a.under} names the tool; leave --tool out")
+        child, skip = [], False
+        for x in argv:   # the same arguments, less --under and its value
+            if skip or x.startswith("--under="):
+                skip = False
+                continue
+            if x == "--under":
+                skip = True
+                continue
+            child.append(x)
+        return run_under(a.under, child, Path(a.out))
     if not torch.cuda.is_available():
         print("sanitize_tiers: needs a CUDA GPU", file=sys.stderr)
         return 2
