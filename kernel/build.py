@@ -234,6 +234,9 @@ def load(archs=ARCHS, defines=()) -> ctypes.CDLL:
     if "MLAV_TRACE" in defines:
         lib.mla_verify_trace.argtypes = [vp, i, vp]
         lib.mla_verify_trace.restype = i
+    if "MLAV_BARWAIT" in defines:
+        lib.mla_verify_barwait.argtypes = [vp, i]
+        lib.mla_verify_barwait.restype = i
     _LIBS[key] = lib
     return lib
 

@@ -26,6 +26,7 @@ from .timing import log, time_calls
 MODE_NO_MATH, MODE_NO_LOADS, MODE_NO_MERGE, MODE_PLAIN_CACHE = 1, 2, 4, 8
 MODE_NO_SOFTMAX, MODE_NO_QK, MODE_NO_PV = 16, 32, 64     # the design D tiers' diagnostic copy only
 MODE_NO_PDL = 128                                         # the merge as an ordinary launch
+MODE_NOISE_RING = 256                                     # rowsd's math-only tiles: noise, not zeros
 # rung L2 for the design D tiers (6, 8, and 9: rows64d_pair), part by part: the math on
 # shared-memory-resident tiles with parts left out
 PARTS = {"math": 0, "no_softmax": MODE_NO_SOFTMAX, "no_qk": MODE_NO_QK, "no_pv": MODE_NO_PV,

@@ -7,7 +7,8 @@ combination of:
   - placement: the KV rows where the case put them (213 MB scattered over the pool: DRAM), or the
     same slot ids modulo a window a third of L2's size (every row an L2 hit after the first pass);
   - mode: full (the verify kernel alone, mode 4), no loads (mode 2 | 4: the math on resident
-    tiles), no math (mode 1 | 4: the loads alone);
+    tiles of zeros), no math (mode 1 | 4: the loads alone); rowsd (tiers 6, 8) from DRAM also no
+    loads on resident tiles of finite noise (mode 2 | 4 | 256, the table's column "(noise)");
   - build: the production library, and any diagnostic builds a rung lists in VARIANTS (-D macros it
     adds to tier 9's source; none now: the 2026-12-02 rung's macros went with its verdict).
 If the L2 rows close the gap, the loads' latency is what the ring does not cover; if not, the
@@ -30,12 +31,16 @@ import torch
 from .. import build, checks
 from ..ops import TIERS, get_workspace, launch
 from .env import env_info, git_commit
-from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, shape_case, sm_clock_mhz
+from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
 from .sm120_estimate import tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
 
 MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_math": MODE_NO_MATH | MODE_NO_MERGE}
+# rowsd (tiers 6 and 8) also times its math on resident tiles of finite noise instead of zeros
+# (MODE_NOISE_RING, kernel/bench/clocks.py): what the tensor pipe's toggling costs the math alone
+NOISE_MODE = ("no_loads_noise", MODE_NO_LOADS | MODE_NO_MERGE | MODE_NOISE_RING)
+NOISE_TIERS = (6, 8)
 # build name -> -D macros of a diagnostic build (tier 9). Measured and refuted
 # (reports/data/rungs/overlap-h200-20261202T1705.json, kernel/NOTES.md): the second tile's copies
 # issued after QK(a) or after the softmax, pair p + 2 prefetched into L2; measured and kept
@@ -81,7 +86,8 @@ def run(kv: str = "auto") -> dict:
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
             for placement in ("dram", "l2"):
                 args = _args(case, placement, kv)
-                for mode_name, mode in MODES.items():
+                modes = list(MODES.items()) + ([NOISE_MODE] if tier in NOISE_TIERS and placement == "dram" else [])
+                for mode_name, mode in modes:
                     fn = lambda: launch(*args, o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
                                         lib=libs[b], **case.kwargs())
                     us = time_calls([fn]) * 1e3
@@ -102,11 +108,13 @@ def table(doc: dict) -> list[str]:
     by = {}
     for r in doc["rows"]:
         by.setdefault((r["T"], r["tier"], r["build"], r["placement"]), {})[r["mode"]] = r
-    out = [f"{'T':>3} {'tier':>4} {'build':18s} {'KV':4s} {'full':>8} {'no loads':>9} {'no math':>8} {'exposed clk/tile':>17}"]
+    out = [f"{'T':>3} {'tier':>4} {'build':18s} {'KV':4s} {'full':>8} {'no loads':>9} {'(noise)':>8} {'no math':>8} "
+           f"{'exposed clk/tile':>17}"]
     for (T, tier, b, pl), m in by.items():
         full, nl, nm = (m[k]["time_us"] for k in ("full", "no_loads", "no_math"))
         exposed = (full - max(nl, nm)) * doc["clock_assumed_mhz"] / m["full"]["tiles_per_cta"]
-        out.append(f"{T:>3} {tier:>4} {b:18s} {pl:4s} {full:8.1f} {nl:9.1f} {nm:8.1f} {exposed:17.0f}")
+        noise = f"{m['no_loads_noise']['time_us']:8.1f}" if "no_loads_noise" in m else f"{'-':>8}"
+        out.append(f"{T:>3} {tier:>4} {b:18s} {pl:4s} {full:8.1f} {nl:9.1f} {noise} {nm:8.1f} {exposed:17.0f}")
     return out
 
 

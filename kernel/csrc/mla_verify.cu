@@ -277,6 +277,17 @@ int mla_verify_trace(void* host, int reset, int* dims) {
 }
 #endif
 
+#ifdef MLAV_BARWAIT
+// The diagnostic build's wait clocks (verify_common.cuh): reset = 1 zeroes them (synchronously),
+// else copies [2][BW_N] uint64 to `host`.
+int mla_verify_barwait(void* host, int reset) {
+  void* d = nullptr;
+  cudaError_t err = cudaGetSymbolAddress(&d, g_barwait);
+  if (err != cudaSuccess) return (int)err;
+  return (int)(reset ? cudaMemset(d, 0, sizeof(g_barwait)) : cudaMemcpy(host, d, sizeof(g_barwait), cudaMemcpyDeviceToHost));
+}
+#endif
+
 const char* mla_verify_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
 
 int mla_verify_num_sms(int device) {

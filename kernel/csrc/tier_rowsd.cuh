@@ -236,8 +236,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   constexpr int AH = AHEAD;                               // tiles issued before the first is used
   const bool loads = !(p.mode & MODE_NO_LOADS);
-  if (!loads) {   // math-only diagnostics: defined tile contents, so no NaN path changes the timing
-    for (int i = tid; i < Lo::RING / 16; i += THREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+  if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
+    fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
     __syncthreads();
   }
   // prologue: tiles 0 .. AHEAD - 1 before anything else; the index window for the next IDX_AHEAD
@@ -564,16 +564,24 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
     }
   };
-  auto half_bar = [&]() { named_bar(1 + r, 128); };
+  MLAV_BW(unsigned bw_data = 0, bw_cta = 0, bw_half = 0, bw_tiles = 0);
+  auto half_bar = [&]() {
+    MLAV_BW(const unsigned t0 = clock());
+    named_bar(1 + r, 128);
+    MLAV_BW(bw_half += clock() - t0);
+  };
 
   MLAV_TRACE_AT(TRACE_VERIFY, 2);
   // the top of tile step j, both halves: tile j visible, the next tile's copies issued
   auto top = [&](int j) {
+    MLAV_BW(const unsigned t0 = clock());
     cp_async_wait<AHEAD - 1>();                           // tile j landed (this thread's copies)
+    MLAV_BW(const unsigned t1 = clock());
     // tile j visible; every half is past its last read of tile j + AHEAD - KST, whose stage
     // takes tile j + AHEAD (fp8: only prefix tiles go through the ring). Each half reaches it in
     // a loop of its own, so at an instruction of its own: the barrier is not the aligned kind
     cta_bar_unaligned();
+    MLAV_BW(bw_data += t1 - t0; bw_cta += clock() - t1; ++bw_tiles);
     if (loads) {
       if constexpr (FP8) {
         if (j + AH < n_main()) load_lean8(j + AH);
@@ -616,6 +624,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       for (int j = 0; j < n_tiles; ++j) step(j, std::false_type());
     }
   };
+  MLAV_BW(const unsigned bw_t0 = clock());
   if (HALVES == 1 || r == 0) run(step0); else run(step1);
   if (HALVES == 2 && r == 1 && n_tiles > 0) {             // half 1's last tile
     half_bar();
@@ -623,6 +632,24 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     half_bar();
     if (do_pv) pv(n_tiles - 1, std::true_type());
   }
+#ifdef MLAV_RACE_EVEN
+  // diagnostic build for racecheck (kernel/bench/race_probe.py): half 1 passes its named barrier
+  // as often as half 0 (2 n against n + 1), which racecheck's bookkeeping seems to need
+  if (HALVES == 2 && r == 1)
+    for (int k = 1; k < n_tiles; ++k) half_bar();
+#endif
+#ifdef MLAV_BARWAIT
+  const unsigned bw_loop = clock() - bw_t0;
+  if (lane == 0) {
+    unsigned long long* g = g_barwait[HALVES == 2 ? r : 0];
+    atomicAdd(g + BW_DATA, (unsigned long long)bw_data);
+    atomicAdd(g + BW_CTA, (unsigned long long)bw_cta);
+    atomicAdd(g + BW_HALF, (unsigned long long)bw_half);
+    atomicAdd(g + BW_LOOP, (unsigned long long)bw_loop);
+    atomicAdd(g + BW_TILES, (unsigned long long)bw_tiles);
+    atomicAdd(g + BW_WARPS, 1ull);
+  }
+#endif
   cp_async_wait<0>();
   MLAV_TRACE_AT(TRACE_VERIFY, 3);
 

@@ -29,6 +29,9 @@ constexpr int MODE_NO_MATH = 1, MODE_NO_LOADS = 2, MODE_NO_MERGE = 4, MODE_PLAIN
 constexpr int MODE_NO_SOFTMAX = 16, MODE_NO_QK = 32, MODE_NO_PV = 64;
 // launch the merge as an ordinary kernel, not as a programmatic dependent (PDL, sm_90+)
 constexpr int MODE_NO_PDL = 128;
+// with MODE_NO_LOADS (rowsd, tiers 6 and 8): the resident tiles hold finite pseudo-random values, not
+// zeros, so that the math-only timing sees the tensor pipe toggle as on real KV (power, clocks)
+constexpr int MODE_NOISE_RING = 256;
 
 // Phase timestamps, in the diagnostic build only (-DMLAV_TRACE: kernel/bench/trace.py, `gpu_run
 // --stages trace`): thread 0 of each CTA records %globaltimer (ns) at fixed points of the verify
@@ -46,6 +49,18 @@ __device__ __forceinline__ void trace_point(int kernel, int k) {
 #define MLAV_TRACE_AT(kernel, k) ::mlav::trace_point(::mlav::kernel, k)
 #else
 #define MLAV_TRACE_AT(kernel, k) ((void)0)
+#endif
+
+// Where rowsd's warps wait, in the diagnostic build only (-DMLAV_BARWAIT: kernel/bench/barwait.py):
+// each warp sums the SM clocks it spends in the loop-top cp.async wait, the loop-top CTA barrier,
+// its half's named barriers and the whole loop, and counts its tiles; lane 0 adds them into
+// g_barwait[half][BW_*] at the end. The production build compiles none of it.
+#ifdef MLAV_BARWAIT
+constexpr int BW_DATA = 0, BW_CTA = 1, BW_HALF = 2, BW_LOOP = 3, BW_TILES = 4, BW_WARPS = 5, BW_N = 6;
+__device__ unsigned long long g_barwait[2][BW_N];
+#define MLAV_BW(...) __VA_ARGS__
+#else
+#define MLAV_BW(...)
 #endif
 
 struct Params {
@@ -178,6 +193,26 @@ __device__ __forceinline__ bool stale_row_max(float mx, float rescale_log2, floa
 __device__ __forceinline__ void named_bar(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The math-only diagnostics' resident tiles (MODE_NO_LOADS): zeros, or with MODE_NOISE_RING
+// finite pseudo-random values, bf16 pairs in [0.5, 2) with random signs and mantissas, or e4m3
+// bytes below 2 (bit 6 clear: never the NaN pattern), so no NaN path changes the timing
+template <bool FP8>
+__device__ __forceinline__ void fill_resident(uint8_t* smem, int bytes, int tid, int threads, int mode) {
+  const bool noise = mode & MODE_NOISE_RING;
+  for (int i = tid; i < bytes / 16; i += threads) {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint32_t h = (uint32_t)(4 * i + k) * 2654435761u;   // Knuth's multiplicative hash
+      h ^= h >> 15;
+      h *= 2246822519u;
+      h ^= h >> 13;
+      w[k] = !noise ? 0u : FP8 ? h & 0xbfbfbfbfu : (h & 0x80ff80ffu) | 0x3f003f00u;
+    }
+    reinterpret_cast<uint4*>(smem)[i] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 // a CTA barrier that the warps may reach at different instructions (__syncthreads is
 // barrier.sync.aligned: every thread of the CTA at the same one, or the behaviour is undefined)
 __device__ __forceinline__ void cta_bar_unaligned() {
