@@ -9,8 +9,8 @@ combination of:
   - mode: full (the verify kernel alone, mode 4), no loads (mode 2 | 4: the math on resident
     tiles of zeros), no math (mode 1 | 4: the loads alone); rowsd (tiers 6, 8) from DRAM also no
     loads on resident tiles of finite noise (mode 2 | 4 | 256, the table's column "(noise)");
-  - build: the production library, and any diagnostic builds a rung lists in VARIANTS (-D macros it
-    adds to tier 9's source; none now: the 2026-12-02 rung's macros went with its verdict).
+  - build: the production library, and any diagnostic builds a rung lists in VARIANTS (-D macros,
+    run at VARIANT_TIERS on both pools).
 If the L2 rows close the gap, the loads' latency is what the ring does not cover; if not, the
 cost is inside the SM (the copies' issue and shared-memory writes against QK's ldmatrix).
 
@@ -50,8 +50,12 @@ NOISE_TIERS = (6, 8)
 # copies issued after QK(a), and the lean cp.async on the padded rows; measured and tied
 # (rungs/overlap-h200-20261203T0015.json: commit 931babd's MLAV_PAIR_QK_X4): tier 9's K read as
 # rows64d reads it, one ldmatrix.x4 a k-step requested a k-step ahead
-VARIANTS: dict[str, tuple[str, ...]] = {}
-# (T, tiers of the production library) per pool; any variants run tier 9 at each T (bf16 only)
+# measured 2026-12-03 (rungs/overlap*-h200-20261203T15*.json): where rowsd's half 1 issues a tile's
+# copies in its step, right before QK or one copy a QK k-step, instead of right after the loop-top
+# barrier (tier_rowsd.cuh, -DMLAV_COPY_AT)
+VARIANTS: dict[str, tuple[str, ...]] = {"copy_before_qk": ("MLAV_COPY_AT=1",), "copy_in_qk": ("MLAV_COPY_AT=2",)}
+VARIANT_TIERS = (8,)      # the tiers whose code the variants change
+# (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9))),
           FP8_KV: ((1, (1,)), (8, (8, 6, 4)), (16, (8, 4)), (32, (8, 4)))}
 ROW_BYTES = {"auto": checks.ROW_BYTES, FP8_KV: checks.FP8_ROW_BYTES}   # a pool row
@@ -70,7 +74,7 @@ def _args(case, placement: str, kv: str) -> tuple:
     return tuple(args)
 
 
-def run(kv: str = "auto") -> dict:
+def run(kv: str = "auto", tiers=None, placements=("dram", "l2")) -> dict:
     arch = "".join(map(str, torch.cuda.get_device_capability()))
     ws = get_workspace("cuda")
     mhz = sm_clock_mhz()["sm_max"] or 1980.0
@@ -79,12 +83,15 @@ def run(kv: str = "auto") -> dict:
         log(f"overlap: building {name} ({' '.join(defs)}) for sm_{arch}")
         libs[name] = build.load((arch,), defines=defs)
     rows = []
-    for T, tiers in SHAPES[kv]:
+    for T, shape_tiers in SHAPES[kv]:
+        shape_tiers = [t for t in shape_tiers if tiers is None or t in tiers]
+        if not shape_tiers:
+            continue
         case, o, lse = shape_case(S, T, H, kv)
-        builds = [(b, t) for t in tiers for b in libs if b == "production" or t == 9]
+        builds = [(b, t) for t in shape_tiers for b in libs if b == "production" or t in VARIANT_TIERS]
         for b, tier in builds:
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
-            for placement in ("dram", "l2"):
+            for placement in placements:
                 args = _args(case, placement, kv)
                 modes = list(MODES.items()) + ([NOISE_MODE] if tier in NOISE_TIERS and placement == "dram" else [])
                 for mode_name, mode in modes:
@@ -132,11 +139,21 @@ def main(argv=None) -> int:
     ap.add_argument("--kv", choices=sorted(SHAPES), default="auto",
                     help="the pool: auto (bf16, default) or fp8_e4m3 (SGLang's fp8 pool, at its tiers)")
     ap.add_argument("--once", type=int, metavar="TIER", help="two centre calls of TIER (full, no loads), for a profiler")
+    ap.add_argument("--tiers", default="", help="comma-separated tiers to time (default: every tier of SHAPES)")
+    ap.add_argument("--dram-only", action="store_true", help="leave out the L2-resident placement")
     ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
                     help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
     a = ap.parse_args(argv)
     if a.once is not None and a.once not in TIERS:
         print(f"error: --once: tier {a.once} is not one of {sorted(TIERS)}", file=sys.stderr)
+        return 2
+    try:
+        tiers = [int(t) for t in a.tiers.split(",") if t] or None
+    except ValueError:
+        print(f"error: --tiers: expected comma-separated integers, got {a.tiers!r}", file=sys.stderr)
+        return 2
+    if tiers and any(t not in TIERS for t in tiers):
+        print(f"error: --tiers: {[t for t in tiers if t not in TIERS]} not among {sorted(TIERS)}", file=sys.stderr)
         return 2
     if a.once is None and not a.out:
         print("error: --out: a folder is needed (or --once TIER)", file=sys.stderr)
@@ -148,7 +165,7 @@ def main(argv=None) -> int:
         once(a.once)
         return 0
     info = env_info(a.commit or git_commit())
-    doc = dict(info, **run(a.kv))
+    doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2")))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = info["date"].replace(":", "").replace("-", "")[:13]

@@ -235,6 +235,15 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if constexpr (FP8) load_tile8(tile, slot); else load_tile(tile, slot);
   };
   constexpr int AH = AHEAD;                               // tiles issued before the first is used
+  // where half 1 issues tile j + AHEAD's copies in its step j (diagnostic builds of rows64d,
+  // -DMLAV_COPY_AT): 0 right after the loop-top barrier (production), 1 right before QK(j), 2 one
+  // copy a k-step of QK(j). With 1 or 2 every step closes two groups (top(j): the slot ids and,
+  // rows32d, the copies; the step's end: the copies), so the wait keeps 2 AHEAD - 2 open
+#ifdef MLAV_COPY_AT
+  constexpr int COPY_AT = MLAV_COPY_AT;
+#else
+  constexpr int COPY_AT = 0;
+#endif
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
@@ -247,6 +256,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (t == 0 && loads)
       for (int k = AH; k < AH + Lo::IDX_AHEAD; ++k) ids.copy_index(k);
     cp_async_commit();
+    if (COPY_AT) cp_async_commit();                       // two groups a tile, as in the loop
   }
 
   // ---- Q A fragments straight from global memory (L2-resident after the first CTA):
@@ -324,7 +334,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // partial S of tile `tile` over this warp's 32 rows and 144 dims -> xs, stored per row
   // group (2 m + hr) in the order the softmax reads it
   // (draft_tag, std::bool_constant: the draft tiles' copy of the loop, fp8 only; see the loop)
-  auto qk = [&](int tile, auto draft_tag) {
+  // hook(kk) runs at the top of k-step kk (the prefix tiles' QK; -DMLAV_COPY_AT=2 issues a copy there)
+  auto qk = [&](int tile, auto draft_tag, auto hook) {
     constexpr bool DRAFT = decltype(draft_tag)::value;
     float s[2][2][4];
 #pragma unroll
@@ -342,6 +353,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         ldsm_x2(kb, b[0][0], b[0][1]);
 #pragma unroll
         for (int kk = 0; kk < QK_STEPS; ++kk) {
+          hook(kk);
           if (kk + 1 < QK_STEPS) ldsm_x2(kb + 16 * (kk + 1), b[(kk + 1) & 1][0], b[(kk + 1) & 1][1]);
           const uint32_t* cb = b[kk & 1];
           const uint32_t x0 = e4m3x2_to_f16x2(cb[0]), x1 = e4m3x2_hi_to_f16x2(cb[0]);
@@ -388,6 +400,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       ldsm_x4(kb, b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
       for (int kk = 0; kk < QK_STEPS; ++kk) {
+        hook(kk);
         if (kk + 1 < QK_STEPS) {
           uint32_t* nb = b[(kk + 1) & 1];
           ldsm_x4(kb + 128 * (kk + 1), nb[0], nb[1], nb[2], nb[3]);
@@ -564,6 +577,51 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
     }
   };
+  // tile t's copies (half 1 alone with two halves), the lean way
+  auto copy_tile = [&](int t) {
+    if constexpr (FP8) {
+      if (t < n_main()) load_lean8(t);
+    } else {
+      if (t < n_tiles) load_lean(t);
+    }
+  };
+  // -DMLAV_COPY_AT=2: this thread's share of tile t's copies, to issue one piece a QK k-step
+  // (pieces 128 bytes apart, as copy_row_lean's and load_lean8's runs)
+  struct CopyShare {
+    const char* src;
+    uint32_t dd;
+    int bytes;
+    bool last;       // fp8: this thread copies a fifth piece (CHUNKS8 % 8 of the 8 parts do)
+    uint64_t pol;
+    __device__ __forceinline__ void piece(int i) const {
+      constexpr int NP = FP8 ? CHUNKS8 / 8 : CHUNKS / 8;
+      if (i < NP || (FP8 && i == NP && last)) cp_async16_hint(dd + 128 * i, src + 128 * i, bytes, pol);
+    }
+  };
+  // past the prefix (fp8) or the range the pieces zero-fill a stage no one reads until it is refilled
+  auto copy_share = [&](int t) {
+    CopyShare c{reinterpret_cast<const char*>(p.kv), 0u, 0, false, policy_kv(evict_first)};
+    const int tok = (tid & 127) >> 3, part = tid & 7;
+    const int pos = it.p0 + t * BN + tok;
+    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((t % IDX_WIN) * BN + tok) * 8);
+    const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;
+    if constexpr (FP8) {
+      const bool ok = t < n_main() && pos < it.p1 && pos < it.S;
+      c.src = reinterpret_cast<const char*>(ok ? p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride : p.kv8) + part * 16;
+      c.bytes = ok ? 16 : 0;
+      c.dd = smem_u32(ring8 + (t % Lo::KST) * Lo::STAGE8 + tok * Lo::ROW8 + part * 16);
+      c.last = part < CHUNKS8 % 8;
+    } else {
+      const bool pre = pos < it.S, in = t < n_tiles && pos < it.p1;
+      const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
+      const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
+      const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
+      c.src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + part * 16;
+      c.bytes = in ? 16 : 0;
+      c.dd = smem_u32(ring + (t % STAGES) * (BN * D) + swz(tok, part) * 8);
+    }
+    return c;
+  };
   MLAV_BW(unsigned bw_data = 0, bw_cta = 0, bw_half = 0, bw_tiles = 0);
   auto half_bar = [&]() {
     MLAV_BW(const unsigned t0 = clock());
@@ -575,7 +633,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // the top of tile step j, both halves: tile j visible, the next tile's copies issued
   auto top = [&](int j) {
     MLAV_BW(const unsigned t0 = clock());
-    cp_async_wait<AHEAD - 1>();                           // tile j landed (this thread's copies)
+    cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();   // tile j landed (this thread's copies)
     MLAV_BW(const unsigned t1 = clock());
     // tile j visible; every half is past its last read of tile j + AHEAD - KST, whose stage
     // takes tile j + AHEAD (fp8: only prefix tiles go through the ring). Each half reaches it in
@@ -584,25 +642,27 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     MLAV_BW(bw_data += t1 - t0; bw_cta += clock() - t1; ++bw_tiles);
     if (loads) {
       if constexpr (FP8) {
-        if (j + AH < n_main()) load_lean8(j + AH);
+        if (!(COPY_AT && HALVES == 2) && j + AH < n_main()) load_lean8(j + AH);
         copy_ids(j + AH + Lo::IDX_AHEAD);
       } else {
-        if (j + AH < n_tiles) load_lean(j + AH);
+        if (!(COPY_AT && HALVES == 2) && j + AH < n_tiles) load_lean(j + AH);
         copy_ids(j + AH + Lo::IDX_AHEAD);
       }
     }
     cp_async_commit();
   };
+  auto no_hook = [](int) {};
   // one tile step of each half (half 0, or the one half of rows32d; half 1 runs a tile behind in
   // its softmax and PV). Each half has a loop of its own: the half branch stays out of the loop,
   // where at 255 registers ptxas re-read the thread index before it on every tile
   auto step0 = [&](int j, auto draft_tag) {
     top(j);
-    if (do_qk) qk(j, draft_tag);
+    if (do_qk) qk(j, draft_tag, no_hook);
     half_bar();
     if (do_sm) softmax(j);
     half_bar();
     if (do_pv) pv(j, draft_tag);
+    if (COPY_AT) cp_async_commit();
   };
   auto step1 = [&](int j, auto draft_tag) {
     top(j);
@@ -611,7 +671,25 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       half_bar();
       if (do_pv) pv(j - 1, draft_tag);
     }
-    if (do_qk) qk(j, draft_tag);
+    // the copies of tile j + AH, in the variants: its stage held tile j + AH - KST <= j - 2, which
+    // both halves finished reading before top(j)'s barrier
+    if constexpr (COPY_AT == 1 && HALVES == 2) {
+      if (loads) copy_tile(j + AH);
+    }
+    if constexpr (COPY_AT == 2 && HALVES == 2) {
+      // (half 1 alone; fp8: the prefix loop alone, whose QK calls the hook)
+      if (loads && !decltype(draft_tag)::value) {
+        const CopyShare sh = copy_share(j + AH);
+        if (do_qk) qk(j, draft_tag, [&](int kk) { sh.piece(kk); });
+        else
+          for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
+      } else if (do_qk) {
+        qk(j, draft_tag, no_hook);
+      }
+    } else {
+      if (do_qk) qk(j, draft_tag, no_hook);
+    }
+    if (COPY_AT) cp_async_commit();
   };
   // fp8 runs the steps in two loops, the prefix tiles' and the draft tiles' (draft_tag): Q's f16
   // fragments are dead in the second, which frees the registers its bf16 QK needs
