@@ -26,7 +26,7 @@
 // in use, slot ids by cp.async IDX_AHEAD tiles earlier into a shared window (in the loop by lanes
 // 0-15 of warp 0, and the tile's copies issued by the lean loader; see tier_rows64d_pair.cuh and
 // the overlap rung in kernel/NOTES.md); with two halves warp 4 copies the slot ids and half 1
-// alone the tile, on both pools (see load_lean).
+// alone the tile, right before its QK of the step, on both pools (see load_lean and COPY_AT).
 // Partials (normalised bf16 O, fp32 log2-LSE) use the common layout and merge (combine<32 HALVES>).
 // FP8 (SGLang's fp8_e4m3 pool): small8's numerics on this schedule. The prefix rows stream as
 // e4m3 bytes into rows padded to 592 B (8 rows of one 16-byte column in 8 bank groups, so no
@@ -168,10 +168,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
   };
   // in the loop (bf16): the tile's copies and its slot ids, the lean way (slot_window.cuh). With two
-  // halves, half 1 alone copies (8 threads a token, 9 copies each) and warp 4 the slot ids: half 0
-  // starts its QK right after the CTA barrier while half 1, whose tile starts with a softmax,
-  // issues them (all 8 warps issuing at once left no MMA to cover the block, and half 0's first
-  // K loads queued behind the copies: Nsight Compute, kernel/NOTES.md)
+  // halves, half 1 alone copies (8 threads a token, 9 copies each), right before its QK (COPY_AT),
+  // and warp 4 the slot ids (all 8 warps issuing at once left no MMA to cover the block, and half
+  // 0's first K loads queued behind the copies: Nsight Compute, kernel/NOTES.md)
   constexpr bool HALF1_LOADS = HALVES == 2 && !FP8;
   constexpr int IDS_WARP = HALVES == 2 ? 4 : 0;   // (fp8 too: its copies are half 1's as well)
   auto load_lean = [&](int tile) {
@@ -235,14 +234,16 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if constexpr (FP8) load_tile8(tile, slot); else load_tile(tile, slot);
   };
   constexpr int AH = AHEAD;                               // tiles issued before the first is used
-  // where half 1 issues tile j + AHEAD's copies in its step j (diagnostic builds of rows64d,
-  // -DMLAV_COPY_AT): 0 right after the loop-top barrier (production), 1 right before QK(j), 2 one
-  // copy a k-step of QK(j). With 1 or 2 every step closes two groups (top(j): the slot ids and,
-  // rows32d, the copies; the step's end: the copies), so the wait keeps 2 AHEAD - 2 open
+  // where half 1 of rows64d issues tile j + AHEAD's copies in its step j: 1 (production) right
+  // before its QK(j); 0 right after the loop-top barrier, where they lengthened the half that is
+  // already the longer one by ~390 clocks a tile (kernel/bench/barwait.py); 2 one copy a k-step of
+  // QK(j) (-DMLAV_COPY_AT=0 or 2: diagnostic builds, kernel/bench/overlap.py). With 1 or 2 every
+  // step closes two groups (top(j): the slot ids and, rows32d, the copies; the step's end: the
+  // copies), so the wait keeps 2 AHEAD - 2 open
 #ifdef MLAV_COPY_AT
   constexpr int COPY_AT = MLAV_COPY_AT;
 #else
-  constexpr int COPY_AT = 0;
+  constexpr int COPY_AT = 1;
 #endif
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
@@ -630,7 +631,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
 
   MLAV_TRACE_AT(TRACE_VERIFY, 2);
-  // the top of tile step j, both halves: tile j visible, the next tile's copies issued
+  // the top of tile step j, both halves: tile j visible, the slot ids of a later tile issued (and
+  // with one half, or COPY_AT = 0, tile j + AHEAD's copies)
   auto top = [&](int j) {
     MLAV_BW(const unsigned t0 = clock());
     cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();   // tile j landed (this thread's copies)
@@ -671,8 +673,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       half_bar();
       if (do_pv) pv(j - 1, draft_tag);
     }
-    // the copies of tile j + AH, in the variants: its stage held tile j + AH - KST <= j - 2, which
-    // both halves finished reading before top(j)'s barrier
+    // the copies of tile j + AH: its stage held tile j + AH - KST <= j - 2, which both halves
+    // finished reading before top(j)'s barrier
     if constexpr (COPY_AT == 1 && HALVES == 2) {
       if (loads) copy_tile(j + AH);
     }
