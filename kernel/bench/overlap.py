@@ -50,10 +50,11 @@ NOISE_TIERS = (6, 8)
 # copies issued after QK(a), and the lean cp.async on the padded rows; measured and tied
 # (rungs/overlap-h200-20261203T0015.json: commit 931babd's MLAV_PAIR_QK_X4): tier 9's K read as
 # rows64d reads it, one ldmatrix.x4 a k-step requested a k-step ahead
-# measured 2026-12-03 (rungs/overlap*-h200-20261203T15*.json): where rowsd's half 1 issues a tile's
-# copies in its step, right before QK or one copy a QK k-step, instead of right after the loop-top
-# barrier (tier_rowsd.cuh, -DMLAV_COPY_AT)
-VARIANTS: dict[str, tuple[str, ...]] = {"copy_before_qk": ("MLAV_COPY_AT=1",), "copy_in_qk": ("MLAV_COPY_AT=2",)}
+# where rowsd's half 1 issues a tile's copies in its step (tier_rowsd.cuh, COPY_AT): production right
+# before its QK (measured and kept: rungs/overlap*-h200-20261203T1504.json, where these two were the
+# production build and copy_before_qk); the old place right after the loop-top barrier, and one copy
+# a QK k-step (faster on fp8 in that run, not validated yet)
+VARIANTS: dict[str, tuple[str, ...]] = {"copy_after_barrier": ("MLAV_COPY_AT=0",), "copy_in_qk": ("MLAV_COPY_AT=2",)}
 VARIANT_TIERS = (8,)      # the tiers whose code the variants change
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9))),
