@@ -60,15 +60,31 @@ def banner(docs: list[dict], measured_since: str = "", head: str = "") -> str:
     else:
         head = ("**Rendered from recorded measurements** (no new measurement in this run; "
                 "`make phase2` measures anew on a machine with a CUDA GPU).")
-    lines = [head, "", "| data | file | measured | this run | GPU (SMs) | commit "
-             "| driver / CUDA / torch |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [head, "", "| data | file | measured | this run | GPU (SMs) | commit | kernel source "
+             "| driver / CUDA / torch |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for d, now in zip(docs, fresh):
         p = source(d, measured_since)
         tag = " **(test fixture, not a measurement)**" if p["fixture"] else ""
+        ks = f"`{d['kernel_source']}`" if d.get("kernel_source") else "-"
         lines.append(f"| {p['kind']}{tag} | `{p['file']}` | {p['date']} | "
                      f"{'yes' if now else 'no'} | {p['gpu']} ({p['sms']}) "
-                     f"| `{str(p['commit'])[:12]}` | {p['driver']} / {p['cuda']} / {p['torch']} |")
-    return "\n".join(lines)
+                     f"| `{str(p['commit'])[:12]}` | {ks} | {p['driver']} / {p['cuda']} / {p['torch']} |")
+    note = kernel_sources_note(docs)
+    return "\n".join(lines + ([""] + [note] if note else []))
+
+
+def kernel_sources_note(docs: list[dict]) -> str:
+    """A line when the shown files were measured on more than one kernel source (the hash of
+    kernel/csrc that each file records): each number is of the kernel its file names."""
+    by: dict[str, list[str]] = {}
+    for d in docs:
+        if d.get("kernel_source"):
+            by.setdefault(d["kernel_source"], []).append(d["kind"])
+    if len(by) < 2:
+        return ""
+    parts = "; ".join(f"`{k}`: {', '.join(kinds)}" for k, kinds in by.items())
+    return (f"These files were measured on {len(by)} kernel sources ({parts}): each number on this page "
+            "is of the kernel its file names.")
 
 
 # kernel.build.KERNELS: a record made before the probe kernel had a short name kept its

@@ -78,3 +78,15 @@ def test_production_build_names_each_kernel_once_even_from_mangled_records():
     b = provenance.production_build([doc])
     assert b["kernels"] == ["mla_verify_kernel", "mma_ldsm_probe_kernel"]
     assert b["registers"] == 255
+
+
+def test_banner_names_each_files_kernel_source_and_says_when_they_differ():
+    docs = [_doc(OLD, kernel_source="aaaa1111"), dict(_doc(OLD, kernel_source="bbbb2222"), kind="validation"),
+            dict(_doc(OLD), kind="dcp-sim")]
+    text = provenance.banner(docs)
+    rows = {ln.split("|")[1].strip(): ln.split("|") for ln in text.splitlines() if ".json" in ln}
+    assert rows["bench"][7].strip() == "`aaaa1111`" and rows["validation"][7].strip() == "`bbbb2222`"
+    assert rows["dcp-sim"][7].strip() == "-"                      # a file that records none
+    assert "measured on 2 kernel sources (`aaaa1111`: bench; `bbbb2222`: validation)" in text
+    # one kernel source among the shown files: no such line
+    assert "kernel sources" not in provenance.banner([docs[0], docs[2]])
