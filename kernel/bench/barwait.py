@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import sys
-from pathlib import Path
 
 import torch
 
 from .. import build
 from ..ops import TIERS, get_workspace, launch
-from .env import env_info, git_commit
+from .env import env_info, git_commit, write_json
 from .micro import MODE_NO_LOADS, MODE_NO_MERGE, MODE_NOISE_RING, shape_case
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
@@ -113,11 +111,7 @@ def main(argv=None) -> int:
         return 2
     info = env_info(a.commit or git_commit())
     doc = dict(info, **run())
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = info["date"].replace(":", "").replace("-", "")[:13]
-    path = out / f"barwait-{info['gpu'].split()[-1].lower()}-{stamp}.json"
-    path.write_text(json.dumps(doc, indent=1))
+    path = write_json(a.out, "barwait", doc)
     log(f"wrote {path}")
     print("\n".join(table(doc)))
     return 0

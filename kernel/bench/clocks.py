@@ -15,19 +15,17 @@ pseudo-random resident tiles), no_math.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 
 import torch
 
 from ..ops import TIERS, get_workspace, launch
-from .env import env_info, git_commit
+from .env import env_info, git_commit, write_json
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
 from .sm120_estimate import tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
@@ -171,11 +169,7 @@ def main(argv=None) -> int:
         return 2
     info = env_info(a.commit or git_commit())
     doc = dict(info, **run(a.dur))
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = info["date"].replace(":", "").replace("-", "")[:13]
-    path = out / f"clocks-{info['gpu'].split()[-1].lower()}-{stamp}.json"
-    path.write_text(json.dumps(doc, indent=1))
+    path = write_json(a.out, "clocks", doc)
     log(f"wrote {path}")
     print("\n".join(table(doc)))
     return 0

@@ -3,6 +3,7 @@ hash, date."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
 from pathlib import Path
 
@@ -37,3 +38,18 @@ def env_info(commit: str) -> dict:
             "kernel_source": build.source_hash(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
+
+
+def file_name(kind: str, info: dict) -> str:
+    """A result file's name: <kind>-<GPU's last word>-<UTC date and hour-minute>.json, e.g.
+    bench-h200-20261203T1318.json (info: env_info's record)."""
+    stamp = info["date"].replace(":", "").replace("-", "")[:13]
+    return f"{kind}-{info['gpu'].split()[-1].lower()}-{stamp}.json"
+
+
+def write_json(out: str | Path, kind: str, doc: dict) -> Path:
+    """doc (which carries env_info's fields) into out/file_name(kind, doc), out created if need be."""
+    path = Path(out) / file_name(kind, doc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    return path

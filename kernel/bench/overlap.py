@@ -21,16 +21,14 @@ cost is inside the SM (the copies' issue and shared-memory writes against QK's l
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from pathlib import Path
 
 import torch
 
 from .. import build, checks
 from ..ops import TIERS, get_workspace, launch
-from .env import env_info, git_commit
+from .env import env_info, git_commit, write_json
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
 from .sm120_estimate import tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
@@ -167,12 +165,7 @@ def main(argv=None) -> int:
         return 0
     info = env_info(a.commit or git_commit())
     doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2")))
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = info["date"].replace(":", "").replace("-", "")[:13]
-    pool = "" if a.kv == "auto" else "-fp8"
-    path = out / f"overlap{pool}-{info['gpu'].split()[-1].lower()}-{stamp}.json"
-    path.write_text(json.dumps(doc, indent=1))
+    path = write_json(a.out, "overlap" if a.kv == "auto" else "overlap-fp8", doc)
     log(f"wrote {path}")
     print("\n".join(table(doc)))
     return 0

@@ -1,0 +1,18 @@
+"""kernel/bench/env.py on the CPU: the result files' names, which every committed file in
+reports/data follows, and writing one."""
+import json
+
+from kernel.bench import env
+
+INFO = {"date": "2026-12-03T13:18:56+00:00", "gpu": "NVIDIA H200"}
+
+
+def test_file_name_is_kind_gpu_and_utc_minute():
+    assert env.file_name("bench", INFO) == "bench-h200-20261203T1318.json"
+    assert env.file_name("overlap-fp8", dict(INFO, gpu="NVIDIA RTX PRO 6000")) == "overlap-fp8-6000-20261203T1318.json"
+
+
+def test_write_json_creates_the_folder_and_round_trips(tmp_path):
+    path = env.write_json(tmp_path / "new" / "dir", "clocks", dict(INFO, rows=[1, 2]))
+    assert path == tmp_path / "new" / "dir" / "clocks-h200-20261203T1318.json"
+    assert json.loads(path.read_text())["rows"] == [1, 2]
