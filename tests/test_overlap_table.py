@@ -41,3 +41,12 @@ def test_bad_arguments_are_named_before_any_gpu(capsys):
     assert "--once: tier 99" in capsys.readouterr().err
     assert overlap.main([]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_every_variant_sets_a_macro_the_kernel_reads_at_tiers_the_tool_times():
+    src = "".join(f.read_text() for f in (RUNGS.parents[2] / "kernel" / "csrc").glob("*.cuh"))
+    timed = {t for shapes in overlap.SHAPES.values() for _, ts in shapes for t in ts}
+    for name, (defines, tiers) in overlap.VARIANTS.items():
+        for d in defines:
+            assert f"#ifdef {d.split('=')[0]}" in src, (name, d)
+        assert tiers and set(tiers) <= timed, (name, tiers)

@@ -1,6 +1,7 @@
 """rowsd's cp.async pipeline on the CPU (kernel/csrc/tier_rowsd.cuh): a model of its commit groups,
 loop-top waits and ring stages, with the constants read from the source, for every place of
-half 1's copies (COPY_AT 0, 1, 2), one or two halves and both pools. It asserts what a wrong
+half 1's copies (COPY_AT 0, 1, 2) and of rows32d's (COPY32_AT 0, 2), one or two halves and both
+pools. It asserts what a wrong
 constant would break silently on the GPU: a tile read before its group completed, a copy
 reading slot ids whose group had not, a stage refilled while a half may still read it, an id
 overwritten in the window before its copy read it."""
@@ -37,8 +38,14 @@ def wait_open(copy_at: int, ah: int) -> int:
     return 2 * ah - 2 if copy_at else ah - 1
 
 
-def simulate(copy_at: int, fp8: bool, halves: int, n: int) -> None:
+def late_copies(copy_at: int, copy32_at: int, halves: int) -> bool:
+    """Whether tile j + AHEAD's copies go into step j's second group (the source's LATE_COPIES)."""
+    return copy_at != 0 if halves == 2 else copy32_at == 2
+
+
+def simulate(copy_at: int, fp8: bool, halves: int, n: int, copy32_at: int = 0) -> None:
     ah, idx, kst = params(fp8, halves)
+    late = late_copies(copy_at, copy32_at, halves)
     groups: list[set] = []                 # every thread commits the same sequence of groups
     cur: set = set()
 
@@ -81,14 +88,14 @@ def simulate(copy_at: int, fp8: bool, halves: int, n: int) -> None:
         for g in groups[:max(0, len(groups) - keep)]:
             done.update(g)
         assert ("tile", j) in done, f"copy_at {copy_at}: tile {j} used before its group completed"
-        if not (copy_at and halves == 2):
+        if not late:
             copy(j + ah, j)
         copy_ids(j + ah + idx, j)
         commit()
+        if late:                           # in QK(j) or right before it, after top(j)'s commit
+            copy(j + ah, j)
         if copy_at:
-            if halves == 2:
-                copy(j + ah, j)
-            commit()
+            commit()                       # (without it the late copies join top(j + 1)'s group)
 
 
 @pytest.mark.parametrize("copy_at", (0, 1, 2))
@@ -97,6 +104,26 @@ def simulate(copy_at: int, fp8: bool, halves: int, n: int) -> None:
 def test_every_tile_and_slot_id_lands_before_use_and_no_stage_is_refilled_early(copy_at, fp8, halves):
     for n in (1, 2, 3, 5, 9, 40):
         simulate(copy_at, fp8, halves, n)
+
+
+@pytest.mark.parametrize("copy_at", (1, 2))
+@pytest.mark.parametrize("fp8", (False, True))
+def test_rows32d_copies_in_qk_land_before_use_and_refill_no_stage_early(copy_at, fp8):
+    for n in (1, 2, 3, 5, 9, 40):
+        simulate(copy_at, fp8, 1, n, copy32_at=2)
+
+
+def test_copies_in_qk_with_one_group_a_step_fail_the_model_and_the_source_forbids_them(monkeypatch):
+    # rows32d's copies in QK with COPY_AT = 0 would join the next step's group, one too late for
+    # the wait of AHEAD - 1
+    monkeypatch.setattr(sys.modules[__name__], "late_copies", lambda copy_at, copy32_at, halves: True)
+    with pytest.raises(AssertionError, match="before its group completed"):
+        simulate(0, False, 1, 9, copy32_at=2)
+    assert "static_assert(COPY32_AT == 0 || COPY_AT != 0," in SRC
+
+
+def test_the_model_places_the_copies_as_the_source_does():
+    assert "constexpr bool LATE_COPIES = HALVES == 2 ? COPY_AT != 0 : COPY32_AT == 2;" in SRC
 
 
 def test_the_model_waits_as_the_source_does():

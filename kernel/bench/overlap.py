@@ -10,7 +10,7 @@ combination of:
     tiles of zeros), no math (mode 1 | 4: the loads alone); rowsd (tiers 6, 8) from DRAM also no
     loads on resident tiles of finite noise (mode 2 | 4 | 256, the table's column "(noise)");
   - build: the production library, and any diagnostic builds a rung lists in VARIANTS (-D macros,
-    run at VARIANT_TIERS on both pools).
+    each run at the tiers whose code it changes, on both pools; built only when one of them runs).
 If the L2 rows close the gap, the loads' latency is what the ring does not cover; if not, the
 cost is inside the SM (the copies' issue and shared-memory writes against QK's ldmatrix).
 
@@ -48,14 +48,19 @@ NOISE_TIERS = (6, 8)
 # copies issued after QK(a), and the lean cp.async on the padded rows; measured and tied
 # (rungs/overlap-h200-20261203T0015.json: commit 931babd's MLAV_PAIR_QK_X4): tier 9's K read as
 # rows64d reads it, one ldmatrix.x4 a k-step requested a k-step ahead
-# where rowsd's half 1 issues a tile's copies in its step (tier_rowsd.cuh, COPY_AT): production right
-# before its QK (measured and kept: rungs/overlap*-h200-20261203T1504.json, where these two were the
-# production build and copy_before_qk); the old place right after the loop-top barrier, and one copy
-# a QK k-step (faster on fp8 in that run, not validated yet)
-VARIANTS: dict[str, tuple[str, ...]] = {"copy_after_barrier": ("MLAV_COPY_AT=0",), "copy_in_qk": ("MLAV_COPY_AT=2",)}
-VARIANT_TIERS = (8,)      # the tiers whose code the variants change
+# where rows64d's half 1 issues a tile's copies in its step (tier_rowsd.cuh, COPY_AT; all three
+# measured in rungs/overlap*-h200-20261203T1504.json): right after the loop-top barrier, right
+# before its QK (production on bf16), one copy a QK k-step (production on fp8); and rows32d's
+# copies one a QK k-step (COPY32_AT) instead of in the loop top
+# name -> (-D macros, tiers whose code they change)
+VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
+    "copy_after_barrier": (("MLAV_COPY_AT=0",), (8,)),
+    "copy_before_qk": (("MLAV_COPY_AT=1",), (8,)),
+    "copy_in_qk": (("MLAV_COPY_AT=2",), (8,)),
+    "copy32_in_qk": (("MLAV_COPY32_AT=2",), (6,)),
+}
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
-SHAPES = {"auto": ((1, (1,)), (8, (8, 9, 6)), (32, (8, 9))),
+SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
           FP8_KV: ((1, (1,)), (8, (8, 6, 4)), (16, (8, 4)), (32, (8, 4)))}
 ROW_BYTES = {"auto": checks.ROW_BYTES, FP8_KV: checks.FP8_ROW_BYTES}   # a pool row
 S, H = 185000, 8
@@ -78,16 +83,18 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2")) -> dict:
     ws = get_workspace("cuda")
     mhz = sm_clock_mhz()["sm_max"] or 1980.0
     libs = {"production": build.load()}
-    for name, defs in VARIANTS.items():
-        log(f"overlap: building {name} ({' '.join(defs)}) for sm_{arch}")
-        libs[name] = build.load((arch,), defines=defs)
+    timed = {t for _, ts in SHAPES[kv] for t in ts if tiers is None or t in tiers}
+    for name, (defs, vtiers) in VARIANTS.items():
+        if timed & set(vtiers):
+            log(f"overlap: building {name} ({' '.join(defs)}) for sm_{arch}")
+            libs[name] = build.load((arch,), defines=defs)
     rows = []
     for T, shape_tiers in SHAPES[kv]:
         shape_tiers = [t for t in shape_tiers if tiers is None or t in tiers]
         if not shape_tiers:
             continue
         case, o, lse = shape_case(S, T, H, kv)
-        builds = [(b, t) for t in shape_tiers for b in libs if b == "production" or t in VARIANT_TIERS]
+        builds = [(b, t) for t in shape_tiers for b in libs if b == "production" or t in VARIANTS[b][1]]
         for b, tier in builds:
             tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
             for placement in placements:
@@ -97,7 +104,7 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2")) -> dict:
                     fn = lambda: launch(*args, o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
                                         lib=libs[b], **case.kwargs())
                     us = time_calls([fn]) * 1e3
-                    rows.append({"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": KV_DTYPE_NAMES[kv], "build": b, "defines": list(VARIANTS.get(b, ())),
+                    rows.append({"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": KV_DTYPE_NAMES[kv], "build": b, "defines": list(VARIANTS[b][0] if b in VARIANTS else ()),
                                  "placement": placement, "mode": mode_name, "time_us": us, "tiles_per_cta": tiles,
                                  "clk_per_tile": us * mhz / tiles})
                     log(f"overlap {KV_DTYPE_NAMES[kv]} T={T} tier {tier} {b:18s} {placement:4s} {mode_name:8s} {us:8.1f} us "

@@ -26,7 +26,8 @@
 // in use, slot ids by cp.async IDX_AHEAD tiles earlier into a shared window (in the loop by lanes
 // 0-15 of warp 0, and the tile's copies issued by the lean loader; see tier_rows64d_pair.cuh and
 // the overlap rung in kernel/NOTES.md); with two halves warp 4 copies the slot ids and half 1
-// alone the tile, right before its QK of the step, on both pools (see load_lean and COPY_AT).
+// alone the tile, right before its QK of the step (bf16) or a piece a k-step of it (fp8; see
+// load_lean and COPY_AT).
 // Partials (normalised bf16 O, fp32 log2-LSE) use the common layout and merge (combine<32 HALVES>).
 // FP8 (SGLang's fp8_e4m3 pool): small8's numerics on this schedule. The prefix rows stream as
 // e4m3 bytes into rows padded to 592 B (8 rows of one 16-byte column in 8 bank groups, so no
@@ -168,7 +169,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
   };
   // in the loop (bf16): the tile's copies and its slot ids, the lean way (slot_window.cuh). With two
-  // halves, half 1 alone copies (8 threads a token, 9 copies each), right before its QK (COPY_AT),
+  // halves, half 1 alone copies (8 threads a token, 9 copies each), in its step (COPY_AT),
   // and warp 4 the slot ids (all 8 warps issuing at once left no MMA to cover the block, and half
   // 0's first K loads queued behind the copies: Nsight Compute, kernel/NOTES.md)
   constexpr bool HALF1_LOADS = HALVES == 2 && !FP8;
@@ -234,17 +235,31 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if constexpr (FP8) load_tile8(tile, slot); else load_tile(tile, slot);
   };
   constexpr int AH = AHEAD;                               // tiles issued before the first is used
-  // where half 1 of rows64d issues tile j + AHEAD's copies in its step j: 1 (production) right
-  // before its QK(j); 0 right after the loop-top barrier, where they lengthened the half that is
-  // already the longer one by ~390 clocks a tile (kernel/bench/barwait.py); 2 one copy a k-step of
-  // QK(j) (-DMLAV_COPY_AT=0 or 2: diagnostic builds, kernel/bench/overlap.py). With 1 or 2 every
-  // step closes two groups (top(j): the slot ids and, rows32d, the copies; the step's end: the
+  // where half 1 of rows64d issues tile j + AHEAD's copies in its step j: 0 right after the
+  // loop-top barrier, where they lengthened the half that is already the longer one by ~390
+  // clocks a tile (kernel/bench/barwait.py); 1 right before its QK(j), production on bf16; 2 one
+  // copy a k-step of QK(j), production on fp8, where it was 6-7 % faster than 1 (on bf16 within
+  // 1 % of 1, and sm_120's bf16 half-0 loop 5 % longer; kernel/bench/overlap.py, kernel/NOTES.md).
+  // -DMLAV_COPY_AT sets both pools (diagnostic builds). With 1 or 2 every step closes two groups
+  // (top(j): the slot ids and, rows32d with COPY32_AT = 0, the copies; the step's end: the late
   // copies), so the wait keeps 2 AHEAD - 2 open
 #ifdef MLAV_COPY_AT
   constexpr int COPY_AT = MLAV_COPY_AT;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  constexpr int COPY_AT = 1;   // (sm_80, sm_86: with 2 ptxas spills 4 bytes of the fp8 copy)
 #else
-  constexpr int COPY_AT = 1;
+  constexpr int COPY_AT = FP8 ? 2 : 1;
 #endif
+  // rows32d (one half, all four warps copy): 0 tile j + AHEAD's copies in top(j), right before
+  // QK(j), production; 2 one copy a k-step of QK(j), as rows64d's COPY_AT = 2 (-DMLAV_COPY32_AT)
+#ifdef MLAV_COPY32_AT
+  constexpr int COPY32_AT = MLAV_COPY32_AT;
+#else
+  constexpr int COPY32_AT = 0;
+#endif
+  static_assert(COPY32_AT == 0 || COPY_AT != 0, "rows32d's copies in QK need the two groups a step");
+  // copies outside top: half 1 of rows64d (COPY_AT 1, 2), rows32d with COPY32_AT = 2
+  constexpr bool LATE_COPIES = HALVES == 2 ? COPY_AT != 0 : COPY32_AT == 2;
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
@@ -335,7 +350,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // partial S of tile `tile` over this warp's 32 rows and 144 dims -> xs, stored per row
   // group (2 m + hr) in the order the softmax reads it
   // (draft_tag, std::bool_constant: the draft tiles' copy of the loop, fp8 only; see the loop)
-  // hook(kk) runs at the top of k-step kk (the prefix tiles' QK; -DMLAV_COPY_AT=2 issues a copy there)
+  // hook(kk) runs at the top of k-step kk (the prefix tiles' QK; qk_copying issues a copy there)
   auto qk = [&](int tile, auto draft_tag, auto hook) {
     constexpr bool DRAFT = decltype(draft_tag)::value;
     float s[2][2][4];
@@ -586,8 +601,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       if (t < n_tiles) load_lean(t);
     }
   };
-  // -DMLAV_COPY_AT=2: this thread's share of tile t's copies, to issue one piece a QK k-step
-  // (pieces 128 bytes apart, as copy_row_lean's and load_lean8's runs)
+  // COPY_AT = 2 (rows64d's half 1) or COPY32_AT = 2 (rows32d): this thread's share of tile t's
+  // copies, to issue one piece a QK k-step (pieces 128 bytes apart, as copy_row_lean's and
+  // load_lean8's runs; 8 threads a token, tid & 127 the thread of the copying half)
   struct CopyShare {
     const char* src;
     uint32_t dd;
@@ -632,7 +648,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
 
   MLAV_TRACE_AT(TRACE_VERIFY, 2);
   // the top of tile step j, both halves: tile j visible, the slot ids of a later tile issued (and
-  // with one half, or COPY_AT = 0, tile j + AHEAD's copies)
+  // unless LATE_COPIES, tile j + AHEAD's copies)
   auto top = [&](int j) {
     MLAV_BW(const unsigned t0 = clock());
     cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();   // tile j landed (this thread's copies)
@@ -644,22 +660,35 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     MLAV_BW(bw_data += t1 - t0; bw_cta += clock() - t1; ++bw_tiles);
     if (loads) {
       if constexpr (FP8) {
-        if (!(COPY_AT && HALVES == 2) && j + AH < n_main()) load_lean8(j + AH);
+        if (!LATE_COPIES && j + AH < n_main()) load_lean8(j + AH);
         copy_ids(j + AH + Lo::IDX_AHEAD);
       } else {
-        if (!(COPY_AT && HALVES == 2) && j + AH < n_tiles) load_lean(j + AH);
+        if (!LATE_COPIES && j + AH < n_tiles) load_lean(j + AH);
         copy_ids(j + AH + Lo::IDX_AHEAD);
       }
     }
     cp_async_commit();
   };
   auto no_hook = [](int) {};
+  // QK(j) with tile j + AH's copies, one piece a k-step (fp8: in the prefix loop alone, whose QK
+  // calls the hook; its draft tiles do not go through the ring)
+  auto qk_copying = [&](int j, auto draft_tag) {
+    if (loads && !decltype(draft_tag)::value) {
+      const CopyShare sh = copy_share(j + AH);
+      if (do_qk) qk(j, draft_tag, [&](int kk) { sh.piece(kk); });
+      else
+        for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
+    } else if (do_qk) {
+      qk(j, draft_tag, no_hook);
+    }
+  };
   // one tile step of each half (half 0, or the one half of rows32d; half 1 runs a tile behind in
   // its softmax and PV). Each half has a loop of its own: the half branch stays out of the loop,
   // where at 255 registers ptxas re-read the thread index before it on every tile
   auto step0 = [&](int j, auto draft_tag) {
     top(j);
-    if (do_qk) qk(j, draft_tag, no_hook);
+    if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag);
+    else if (do_qk) qk(j, draft_tag, no_hook);
     half_bar();
     if (do_sm) softmax(j);
     half_bar();
@@ -679,15 +708,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       if (loads) copy_tile(j + AH);
     }
     if constexpr (COPY_AT == 2 && HALVES == 2) {
-      // (half 1 alone; fp8: the prefix loop alone, whose QK calls the hook)
-      if (loads && !decltype(draft_tag)::value) {
-        const CopyShare sh = copy_share(j + AH);
-        if (do_qk) qk(j, draft_tag, [&](int kk) { sh.piece(kk); });
-        else
-          for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
-      } else if (do_qk) {
-        qk(j, draft_tag, no_hook);
-      }
+      qk_copying(j, draft_tag);
     } else {
       if (do_qk) qk(j, draft_tag, no_hook);
     }
