@@ -49,24 +49,24 @@ def test_tier_rows_match_the_kernel_and_the_recorded_files():
 
 
 def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
-    """The newest H200 bench (bench-h200-20261203T1318.json: rowsd's halves each in a loop of their
-    own): T = 1 ran at 8-row tiles, 61.6 us, against 156.1 us with rows64 forced; T = 4 ran
-    rows32d; the centre ran rows64d, 119.2 us (median of the sweeps that repeat it, bf16 rows only)
-    against 171.8 us with rows64 forced."""
+    """The newest H200 bench (bench-h200-20261203T1701.json: rows64d's half 1 copying right before
+    its QK on bf16, a piece a QK k-step on fp8): T = 1 ran at 8-row tiles, 61.5 us, against 156.9 us
+    with rows64 forced; T = 4 ran rows32d; the centre ran rows64d, 116.2 us (median of the sweeps
+    that repeat it, bf16 rows only) against 170.1 us with rows64 forced."""
     bench = data.newest(DATA, "bench")
     tab = data.tier_frame(data.bench_frame(bench, variants=True))
     t1 = data.select(tab, T=1, H=8, S=185000)
     assert len(t1) == 1
     r = t1.iloc[0]
     assert (r["tier"], r["tile"]) == (1, "small (8-row tiles)")
-    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "61.6 vs 156.1"
+    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "61.5 vs 156.9"
     assert data.centre_tier(tab) == 8
     t4 = data.select(tab, T=4, H=8, S=185000).iloc[0]
     assert (t4["tier"], t4["tile"]) == (6, "rows32d (32-row tiles)")
     c = data.select(tab, T=8, H=8, S=185000, batch=1, layout="scattered", page_size=1).iloc[0]
-    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "119.2 vs 171.8"
+    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "116.2 vs 170.1"
     flash_t1 = data.select(data.bench_frame(bench), impl=data.OURS, T=1)
-    assert [round(t, 1) for t in flash_t1["time_us"]] == [61.6]
+    assert [round(t, 1) for t in flash_t1["time_us"]] == [61.5]
 
 
 def test_recorded_backend_and_estimate_headlines():
