@@ -46,9 +46,10 @@ def _large_tier(value: str) -> int:
 _LARGE_TIER_ENV = os.environ.get("MLA_VERIFY_LARGE_TIER", "")
 LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 # Up to 8 rows: the small tier (8-row tiles); up to 32: rows32d (two 4-warp CTAs per SM), 1.5x
-# faster than the small tier's 32-row tiles at T = 4 on the H200, and at 16 rows (T = 2) 3 % faster
-# than its 16-row tiles on the H200 and, by a hair, in the sm_120 model since rows32d's softmax
-# skips its max shuffles (micro-h200-20261203T0944.json, sm120-model-from-h200-20261203T0944.json).
+# faster than the small tier's 32-row tiles at T = 4 on the H200, and at 16 rows (T = 2) 2-3 % faster
+# than its 16-row tiles on the H200 since rows32d's softmax skips its max shuffles (micro-h200-
+# 20261203T0944.json, ...T1701.json); the sm_120 model has these two within 1 % of each other at
+# T = 2, a tie it ranks either way from run to run (sm120_estimate.TIE).
 ROW_TIERS = ((8, 1), (32, 6))
 # On an fp8_e4m3 pool: the small tier's copy (tier_small8.cuh) up to 32 rows (8-, 16-, 32-row tiles)
 # and wherever its 32-row tiles pad the rows to far fewer (pick_tier), rows64d's copy otherwise and
