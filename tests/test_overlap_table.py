@@ -50,3 +50,9 @@ def test_every_variant_sets_a_macro_the_kernel_reads_at_tiers_the_tool_times():
         for d in defines:
             assert f"#ifdef {d.split('=')[0]}" in src, (name, d)
         assert tiers and set(tiers) <= timed, (name, tiers)
+
+
+def test_an_unknown_variant_is_named_before_any_gpu(capsys):
+    assert overlap.main(["--out", "x", "--variants", "copy_in_qk,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--variants: ['nope']" in err and "copy_in_qk" in err

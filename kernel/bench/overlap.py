@@ -16,6 +16,7 @@ cost is inside the SM (the copies' issue and shared-memory writes against QK's l
 
     python -m kernel.bench.overlap --out DIR          # JSON overlap-<gpu>-<stamp>.json, a table last
     python -m kernel.bench.overlap --kv fp8_e4m3 --out DIR   # the same on SGLang's fp8 pool (its tiers)
+    python -m kernel.bench.overlap --tiers 8 --dram-only --variants copy_in_qk --out DIR   # one rung's builds
     python -m kernel.bench.overlap --once 9           # two centre calls of tier 9 (full, no loads), for ncu
 """
 from __future__ import annotations
@@ -50,14 +51,16 @@ NOISE_TIERS = (6, 8)
 # rows64d reads it, one ldmatrix.x4 a k-step requested a k-step ahead
 # where rows64d's half 1 issues a tile's copies in its step (tier_rowsd.cuh, COPY_AT; all three
 # measured in rungs/overlap*-h200-20261203T1504.json): right after the loop-top barrier, right
-# before its QK (production on bf16), one copy a QK k-step (production on fp8); and rows32d's
-# copies one a QK k-step (COPY32_AT) instead of in the loop top
+# before its QK (production on bf16), one copy a QK k-step (production on fp8); rows32d's copies
+# one a QK k-step (COPY32_AT; measured, not kept: rungs/overlap*-h200-20261203T1656.json); and
+# rows64d's half 0 taking the first K pieces of each thread's share, one a k-step of its QK (H0P)
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "copy_after_barrier": (("MLAV_COPY_AT=0",), (8,)),
     "copy_before_qk": (("MLAV_COPY_AT=1",), (8,)),
     "copy_in_qk": (("MLAV_COPY_AT=2",), (8,)),
     "copy32_in_qk": (("MLAV_COPY32_AT=2",), (6,)),
+    **{f"half0_pieces_{k}": ((f"MLAV_HALF0_PIECES={k}",), (8,)) for k in (1, 2, 3)},
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
@@ -78,14 +81,14 @@ def _args(case, placement: str, kv: str) -> tuple:
     return tuple(args)
 
 
-def run(kv: str = "auto", tiers=None, placements=("dram", "l2")) -> dict:
+def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None) -> dict:
     arch = "".join(map(str, torch.cuda.get_device_capability()))
     ws = get_workspace("cuda")
     mhz = sm_clock_mhz()["sm_max"] or 1980.0
     libs = {"production": build.load()}
     timed = {t for _, ts in SHAPES[kv] for t in ts if tiers is None or t in tiers}
     for name, (defs, vtiers) in VARIANTS.items():
-        if timed & set(vtiers):
+        if timed & set(vtiers) and (variants is None or name in variants):
             log(f"overlap: building {name} ({' '.join(defs)}) for sm_{arch}")
             libs[name] = build.load((arch,), defines=defs)
     rows = []
@@ -147,6 +150,9 @@ def main(argv=None) -> int:
     ap.add_argument("--once", type=int, metavar="TIER", help="two centre calls of TIER (full, no loads), for a profiler")
     ap.add_argument("--tiers", default="", help="comma-separated tiers to time (default: every tier of SHAPES)")
     ap.add_argument("--dram-only", action="store_true", help="leave out the L2-resident placement")
+    ap.add_argument("--variants", default=None,
+                    help="comma-separated diagnostic builds of VARIANTS to time beside production "
+                         "(default: every one whose tiers are timed; '' for none)")
     ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
                     help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
     a = ap.parse_args(argv)
@@ -161,6 +167,11 @@ def main(argv=None) -> int:
     if tiers and any(t not in TIERS for t in tiers):
         print(f"error: --tiers: {[t for t in tiers if t not in TIERS]} not among {sorted(TIERS)}", file=sys.stderr)
         return 2
+    variants = None if a.variants is None else [v for v in a.variants.split(",") if v]
+    if variants and any(v not in VARIANTS for v in variants):
+        print(f"error: --variants: {[v for v in variants if v not in VARIANTS]} not among {sorted(VARIANTS)}",
+              file=sys.stderr)
+        return 2
     if a.once is None and not a.out:
         print("error: --out: a folder is needed (or --once TIER)", file=sys.stderr)
         return 2
@@ -171,7 +182,7 @@ def main(argv=None) -> int:
         once(a.once)
         return 0
     info = env_info(a.commit or git_commit())
-    doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2")))
+    doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2"), variants))
     path = write_json(a.out, "overlap" if a.kv == "auto" else "overlap-fp8", doc)
     log(f"wrote {path}")
     print("\n".join(table(doc)))
