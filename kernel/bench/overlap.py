@@ -52,15 +52,15 @@ NOISE_TIERS = (6, 8)
 # where rows64d's half 1 issues a tile's copies in its step (tier_rowsd.cuh, COPY_AT; all three
 # measured in rungs/overlap*-h200-20261203T1504.json): right after the loop-top barrier, right
 # before its QK (production on bf16), one copy a QK k-step (production on fp8); rows32d's copies
-# one a QK k-step (COPY32_AT; measured, not kept: rungs/overlap*-h200-20261203T1656.json); and
-# rows64d's half 0 taking the first K pieces of each thread's share, one a k-step of its QK (H0P)
+# one a QK k-step (COPY32_AT; measured, not kept: rungs/overlap*-h200-20261203T1656.json). Measured
+# and deleted (rungs/overlap*-h200-20261203T1718.json, commit c2732c7): rows64d's half 0 issuing the
+# first 1-3 pieces of each thread's share, one a k-step of its QK (-DMLAV_HALF0_PIECES), 3-12 % slower
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "copy_after_barrier": (("MLAV_COPY_AT=0",), (8,)),
     "copy_before_qk": (("MLAV_COPY_AT=1",), (8,)),
     "copy_in_qk": (("MLAV_COPY_AT=2",), (8,)),
     "copy32_in_qk": (("MLAV_COPY32_AT=2",), (6,)),
-    **{f"half0_pieces_{k}": ((f"MLAV_HALF0_PIECES={k}",), (8,)) for k in (1, 2, 3)},
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -258,15 +258,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr int COPY32_AT = 0;
 #endif
   static_assert(COPY32_AT == 0 || COPY_AT != 0, "rows32d's copies in QK need the two groups a step");
-  // rows64d: half 0 issues pieces 0 .. H0P - 1 of each thread's share of tile j + AHEAD's copies,
-  // one a k-step of its QK(j), and half 1 the rest (-DMLAV_HALF0_PIECES: without loads half 0 is the
-  // longer path by ~200 clocks a tile, with them half 1 by ~115; kernel/bench/barwait.py)
-#ifdef MLAV_HALF0_PIECES
-  constexpr int H0P = MLAV_HALF0_PIECES;
-#else
-  constexpr int H0P = 0;
-#endif
-  static_assert(H0P == 0 || COPY_AT != 0, "half 0's pieces go into the step's second group");
   // copies outside top: half 1 of rows64d (COPY_AT 1, 2), rows32d with COPY32_AT = 2
   constexpr bool LATE_COPIES = HALVES == 2 ? COPY_AT != 0 : COPY32_AT == 2;
   const bool loads = !(p.mode & MODE_NO_LOADS);
@@ -679,29 +670,24 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     cp_async_commit();
   };
   auto no_hook = [](int) {};
-  // QK(j) with pieces LO .. HI - 1 of tile j + AH's copies, piece kk at k-step kk (fp8: in the
-  // prefix loop alone, whose QK calls the hook; its draft tiles do not go through the ring)
-  auto qk_copying = [&](int j, auto draft_tag, auto lo, auto hi) {
-    constexpr int LO = decltype(lo)::value, HI = decltype(hi)::value;
+  // QK(j) with tile j + AH's copies, one piece a k-step (fp8: in the prefix loop alone, whose QK
+  // calls the hook; its draft tiles do not go through the ring)
+  auto qk_copying = [&](int j, auto draft_tag) {
     if (loads && !decltype(draft_tag)::value) {
       const CopyShare sh = copy_share(j + AH);
-      if (do_qk) qk(j, draft_tag, [&](int kk) { if (kk >= LO && kk < HI) sh.piece(kk); });
+      if (do_qk) qk(j, draft_tag, [&](int kk) { sh.piece(kk); });
       else
-        for (int kk = LO; kk < HI; ++kk) sh.piece(kk);
+        for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
     } else if (do_qk) {
       qk(j, draft_tag, no_hook);
     }
   };
-  using Pieces0 = std::integral_constant<int, 0>;
-  using PiecesH0 = std::integral_constant<int, H0P>;
-  using PiecesAll = std::integral_constant<int, QK_STEPS>;
   // one tile step of each half (half 0, or the one half of rows32d; half 1 runs a tile behind in
   // its softmax and PV). Each half has a loop of its own: the half branch stays out of the loop,
   // where at 255 registers ptxas re-read the thread index before it on every tile
   auto step0 = [&](int j, auto draft_tag) {
     top(j);
-    if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag, Pieces0(), PiecesAll());
-    else if constexpr (HALVES == 2 && H0P > 0) qk_copying(j, draft_tag, Pieces0(), PiecesH0());
+    if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag);
     else if (do_qk) qk(j, draft_tag, no_hook);
     half_bar();
     if (do_sm) softmax(j);
@@ -718,18 +704,11 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     // the copies of tile j + AH: its stage held tile j + AH - KST <= j - 2, which both halves
     // finished reading before top(j)'s barrier
-    if constexpr (COPY_AT == 1 && HALVES == 2 && H0P == 0) {
+    if constexpr (COPY_AT == 1 && HALVES == 2) {
       if (loads) copy_tile(j + AH);
     }
-    if constexpr (COPY_AT == 1 && HALVES == 2 && H0P > 0) {   // (fp8: the prefix loop alone)
-      if (loads && !decltype(draft_tag)::value) {
-        const CopyShare sh = copy_share(j + AH);
-#pragma unroll
-        for (int i = H0P; i < QK_STEPS; ++i) sh.piece(i);
-      }
-    }
     if constexpr (COPY_AT == 2 && HALVES == 2) {
-      qk_copying(j, draft_tag, PiecesH0(), PiecesAll());
+      qk_copying(j, draft_tag);
     } else {
       if (do_qk) qk(j, draft_tag, no_hook);
     }
