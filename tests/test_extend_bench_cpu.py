@@ -51,3 +51,12 @@ def test_summary_lists_the_t_rows_and_each_prefill_sum():
     lines = eb.summary_lines({"rows": rows, "prefill_185k": prefill})
     assert len(lines) == 3 and "sglang_extend" in lines[1]
     assert lines[2] == "extend prefill 185000 tokens (bfloat16 flash, 23 chunks of 8192): 1700.0 ms a layer, 176 TF/s"
+
+
+def test_the_other_tier_is_never_the_default_of_a_prefill_chunk():
+    from kernel.bench.extend_bench import ALT_TIER, CHUNK, H, prefill_chunks
+    from kernel.bench.extend_validate import FP8_KV
+    from kernel.ops import pick_tier
+    for kv, alt in ALT_TIER.items():
+        for _, T in prefill_chunks():
+            assert alt != pick_tier(H, T, 1, T, kv_fp8=kv == FP8_KV), (kv, T, CHUNK)
