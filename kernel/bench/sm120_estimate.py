@@ -34,11 +34,13 @@ its 100 KB of shared memory):
   merge   as measured on the H200.
   overlap not assumed: nothing has measured it on sm_120. The estimate is the serial bound (memory
           + math + merge); the overlapped bound (the larger + merge) is the best case beside it.
-          The H200 data lies between the two, nearer the serial one: each row carries the fraction
-          of the shorter term the H200 hid at the same shape and tier, (math alone + stream alone
-          - full without merge) / the shorter of the two, 0.40 at the centre (149.7 us full
-          without merge against 111.1 math alone and 64.3 stream alone). It is evidence, not a
-          factor: on the H200 the stream is the shorter term, on sm_120 the math.
+          The H200 data lies between the two: each row carries the fraction of the shorter term
+          the H200 hid at the same shape and tier, (math alone + stream alone - full without
+          merge) / the shorter of the two: 0.40 at the centre in micro-h200-20261201T2000.json
+          (149.7 us full without merge against 111.1 math alone and 64.3 stream alone), 0.78 in
+          micro-h200-20261203T1701.json (111.1 against 97.1 and 65.1), after the loader's and the
+          copies' rungs. It is evidence, not a factor: on the H200 the stream is the shorter term,
+          on sm_120 the math.
   clock   every row at each of CLOCKS: memory does not move with it, math does.
 """
 from __future__ import annotations
