@@ -57,7 +57,6 @@ by one), after warm-up, rotating input copies so L2 does not serve repeats.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -66,7 +65,7 @@ import torch
 
 from . import build
 from .bench.ceilings import mma_ceiling, read_ceiling
-from .bench.env import env_info, file_name, git_commit
+from .bench.env import env_info, file_name, git_commit, write_json
 from .bench import micro
 from .bench.sweeps import bench
 from .bench.timing import log
@@ -114,9 +113,6 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     info = env_info(a.commit)
 
-    def name(kind: str) -> str:
-        return file_name(kind, info)
-
     log(f"{info['gpu']} ({info['sms']} SMs), driver {info['driver']}, torch {info['torch']}, commit {a.commit}")
     lib_dir = build.build()
     res = build.resources(lib_dir)
@@ -146,7 +142,7 @@ def main(argv=None) -> int:
             if "fp8" in v and "error" not in v["fp8"]:
                 v["fp8"]["graph"] = graph_check(a.tol, kv_dtype=FP8_KV)
         v.update(info)
-        (out / name("validation")).write_text(json.dumps(v, indent=1))
+        write_json(out, "validation", v, info)
         sg = v["sglang"]["cases"]
         summary.append(f"validation: {v['n_cases']} cases, all_pass={v['all_pass']}, worst rel_err "
                        f"{v['worst']['rel_err']:.2e}, vs SGLang max {max((c['rel_err_vs_sglang'] for c in sg), default=float('nan')):.2e}"
@@ -172,30 +168,30 @@ def main(argv=None) -> int:
             log(f"integration stage skipped: {e}")
         else:
             res_i = dict(info, **run_integration(sgl))
-            (out / name("sglang-integration")).write_text(json.dumps(res_i, indent=1))
+            write_json(out, "sglang-integration", res_i, info)
             for c in res_i["cases"]:
                 summary.append(f"61 layers S={c['S']} T={c['T']} {c['tree']}: plugin {c['plugin_ms_per_step']:.2f} ms, "
                                f"triton {c['triton_ms_per_step']:.2f} ms, err {c['rel_err_plugin_vs_triton']:.1e}")
     if "sglang-backend" in stages:
         from .sglang.backend_check import run as run_backend_check
         res_b = dict(info, **run_backend_check(log=log))
-        (out / name("sglang-backend")).write_text(json.dumps(res_b, indent=1))
+        write_json(out, "sglang-backend", res_b, info)
         summary.append(f"sglang-backend: {len(res_b['cases'])} cases, all_pass={res_b['all_pass']}, "
                        f"{res_b['seconds']:.0f} s")
     if "dcp-sim" in stages:
         from .sglang.dcp_sim import run as run_dcp_sim, summary_lines
         res_d = dict(info, **run_dcp_sim(log=log))
-        (out / name("dcp-sim")).write_text(json.dumps(res_d, indent=1))
+        write_json(out, "dcp-sim", res_d, info)
         summary += summary_lines(res_d)
     if "extend" in stages:
         from .bench.extend_validate import summary_lines as extend_lines, validate_extend
         res_e = dict(info, **validate_extend(a.tol, sgl))
-        (out / name("extend-validation")).write_text(json.dumps(res_e, indent=1))
+        write_json(out, "extend-validation", res_e, info)
         summary += extend_lines(res_e)
     if "sglang-extend" in stages:
         from .sglang.extend_check import run as run_extend_check, summary_lines as extend_check_lines
         res_x = dict(info, **run_extend_check(log=log))
-        (out / name("sglang-extend")).write_text(json.dumps(res_x, indent=1))
+        write_json(out, "sglang-extend", res_x, info)
         summary += extend_check_lines(res_x)
     if "once" in stages:   # a single centre-point call, for a profiler to attach to
         c = make_case([185000], [8], 8, tree="ddtree", layout="scattered", seed=77, device="cuda")
@@ -214,11 +210,11 @@ def main(argv=None) -> int:
         if "parts" in stages:   # the tensor pipe with rows64d's occupancy: one CTA of 8 warps per SM
             m["ceilings"]["mma_TFLOPs_8_warps_per_sm"] = mma_ceiling(build.load(), info["sms"], ((1, 256),))
             log(f"mma.sync ceiling at 8 warps per SM: {m['ceilings']['mma_TFLOPs_8_warps_per_sm']:.0f} TFLOP/s")
-        (out / name("micro")).write_text(json.dumps(m, indent=1))
+        write_json(out, "micro", m, info)
         if {"mma", "full", "parts"} <= stages:   # the sm_120 model reads these rows (a model, not a measurement)
             from .bench import sm120_estimate
-            doc = sm120_estimate.document(dict(m, kind="microbench"), None, name("micro"), None)
-            (out / name("sm120-model-from")).write_text(json.dumps(doc, indent=1))
+            doc = sm120_estimate.document(dict(m, kind="microbench"), None, file_name("micro", info), None)
+            write_json(out, "sm120-model-from", doc, info)
             summary += sm120_estimate.summary(doc)
         for r in m["rows"]:
             extra = (f"{r['GBps']:7.0f} GB/s {r['frac_read_ceiling']:5.0%} {r['option']}" if r["stage"] == "stream"
@@ -234,19 +230,19 @@ def main(argv=None) -> int:
             sass = [{"arch": "?", "per": None, "dep": None, "ok": False, "error": str(e)}]
         mhz = micro.sm_clock_mhz()["sm_max"] or 1980.0
         res_p = dict(info, **probe.run(build.load(), info["sms"], mhz, sass))
-        (out / name("probe")).write_text(json.dumps(res_p, indent=1))
+        write_json(out, "probe", res_p, info)
         summary += probe.table(res_p)
     if "fixed" in stages:
         from .bench.fixed_cost import run as run_fixed
         res_f = dict(info, **run_fixed())
-        (out / name("fixed-cost")).write_text(json.dumps(res_f, indent=1))
+        write_json(out, "fixed-cost", res_f, info)
         for f in res_f["fits"]:
             summary.append(f"fixed cost {f['kv_dtype']:9s} T={f['T']} tier {f['tier']} {f['of']:11s}: intercept "
                            f"{f['intercept_us']:5.1f} us, marginal {f['marginal_GBps'] or float('nan'):6.0f} GB/s")
     if "trace" in stages:
         from .bench.trace import run as run_trace
         res_t = dict(info, **run_trace())
-        (out / name("trace")).write_text(json.dumps(res_t, indent=1))
+        write_json(out, "trace", res_t, info)
         for r in res_t["rows"]:
             summary.append(f"trace {r['kv_dtype']:9s} S={r['S']:>6} T={r['T']} tier {r['tier']}: graph {r['graph_us']:6.1f} "
                            f"us, span {r.get('span_us') or float('nan'):6.1f}, plan {r['plan_us']:.1f}, loop "
@@ -264,7 +260,7 @@ def main(argv=None) -> int:
 
         def save(rows):
             b["rows"] = rows
-            (out / name("bench")).write_text(json.dumps(b, indent=1))
+            write_json(out, "bench", b, info)
         rows = bench(sgl, gbps, tfl, a.quick, save)
         for r in rows:
             if r["impl"].startswith("flash") or (r["sweep"] == "S" and r["S"] == 185000):
@@ -277,7 +273,7 @@ def main(argv=None) -> int:
 
         def save_extend(doc):
             eb.update(doc)
-            (out / name("extend-bench")).write_text(json.dumps(eb, indent=1))
+            write_json(out, "extend-bench", eb, info)
         save_extend(bench_extend(sgl, gbps, tfl, save_extend))
         summary += extend_bench_lines(eb)
     print("\n".join(["", "=" * 100] + summary))

@@ -16,3 +16,9 @@ def test_write_json_creates_the_folder_and_round_trips(tmp_path):
     path = env.write_json(tmp_path / "new" / "dir", "clocks", dict(INFO, rows=[1, 2]))
     assert path == tmp_path / "new" / "dir" / "clocks-h200-20261203T1318.json"
     assert json.loads(path.read_text())["rows"] == [1, 2]
+
+
+def test_write_json_names_the_file_from_info_when_given(tmp_path):
+    # gpu_run names every file of a run from the run's env_info, whatever date a stage's doc carries
+    path = env.write_json(tmp_path, "micro", {"date": "2026-12-04T00:00:00+00:00", "gpu": "x"}, INFO)
+    assert path.name == "micro-h200-20261203T1318.json"

@@ -47,9 +47,10 @@ def file_name(kind: str, info: dict) -> str:
     return f"{kind}-{info['gpu'].split()[-1].lower()}-{stamp}.json"
 
 
-def write_json(out: str | Path, kind: str, doc: dict) -> Path:
-    """doc (which carries env_info's fields) into out/file_name(kind, doc), out created if need be."""
-    path = Path(out) / file_name(kind, doc)
+def write_json(out: str | Path, kind: str, doc: dict, info: dict | None = None) -> Path:
+    """doc into out/file_name(kind, info), info defaulting to doc (which then carries env_info's
+    fields); out created if need be."""
+    path = Path(out) / file_name(kind, info or doc)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
     return path
