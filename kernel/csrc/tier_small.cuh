@@ -119,10 +119,14 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
     __syncthreads();
   }
   // prologue: tiles 0..2 before anything else, so the DRAM stream starts at once; the index
-  // window for tiles 3 .. 2 + IDX_AHEAD rides in the first group
+  // window for tiles 3 .. 2 + IDX_AHEAD rides in the first group. The three tiles' slot ids are
+  // loaded before any copy, so that their latencies overlap (as in tier_rowsd.cuh)
+  long long slot0[3];
+#pragma unroll
+  for (int t = 0; t < 3; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
 #pragma unroll
   for (int t = 0; t < 3; ++t) {
-    if (loads && t < n_tiles) load_tile(t, ids.slot_of(t));
+    if (loads && t < n_tiles) load_tile(t, slot0[t]);
     if (t == 0 && loads)
       for (int k = 3; k < 3 + IDX_AHEAD; ++k) ids.copy_index(k);
     cp_async_commit();

@@ -166,9 +166,14 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     for (int i = tid; i < Lo::RING / 16; i += NTHREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
+  // the AH tiles' slot ids are loaded before any copy, so that their latencies overlap (as in
+  // tier_rowsd.cuh)
+  long long slot0[AH];
+#pragma unroll
+  for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_main ? ids.slot_of(t) : -1;
 #pragma unroll
   for (int t = 0; t < AH; ++t) {
-    if (loads && t < n_main) load_tile(t, ids.slot_of(t));
+    if (loads && t < n_main) load_tile(t, slot0[t]);
     if (t == 0 && loads)
       for (int k = AH; k < AH + IDX_AHEAD; ++k) ids.copy_index(k);
     cp_async_commit();
