@@ -31,6 +31,8 @@ from .. import build, checks
 from ..ops import TIERS, get_workspace, launch
 from .env import env_info, git_commit, write_json
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
+from .same_output import compare
+from .sanitize_tiers import cases as edge_cases
 from .sm120_estimate import tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
@@ -54,13 +56,19 @@ NOISE_TIERS = (6, 8)
 # before its QK (production on bf16), one copy a QK k-step (production on fp8); rows32d's copies
 # one a QK k-step (COPY32_AT; measured, not kept: rungs/overlap*-h200-20261203T1656.json). Measured
 # and deleted (rungs/overlap*-h200-20261203T1718.json, commit c2732c7): rows64d's half 0 issuing the
-# first 1-3 pieces of each thread's share, one a k-step of its QK (-DMLAV_HALF0_PIECES), 3-12 % slower
+# first 1-3 pieces of each thread's share, one a k-step of its QK (-DMLAV_HALF0_PIECES), 3-12 % slower.
+# rows64d's softmax between its own MMAs (tier_rowsd.cuh): half 0 running PV(j - 1) in step j with
+# softmax(j) between its column steps (H0_LAG), half 1 issuing softmax(j - 1)'s exp and stores
+# between QK(j)'s k-steps (H1_MIX), and both; each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "copy_after_barrier": (("MLAV_COPY_AT=0",), (8,)),
     "copy_before_qk": (("MLAV_COPY_AT=1",), (8,)),
     "copy_in_qk": (("MLAV_COPY_AT=2",), (8,)),
     "copy32_in_qk": (("MLAV_COPY32_AT=2",), (6,)),
+    "h0_lag": (("MLAV_H0_LAG=1",), (8,)),
+    "h1_mix": (("MLAV_H1_MIX=1",), (8,)),
+    "h0_lag_h1_mix": (("MLAV_H0_LAG=1", "MLAV_H1_MIX=1"), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
@@ -91,6 +99,26 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None) 
         if timed & set(vtiers) and (variants is None or name in variants):
             log(f"overlap: building {name} ({' '.join(defs)}) for sm_{arch}")
             libs[name] = build.load((arch,), defines=defs)
+    # a variant that does not write production's output, bit for bit, on the loaders' edge cases
+    # and at every timed shape is not timed (same_output.py)
+    same, differs = [], set()
+    for b in [b for b in libs if b != "production"]:
+        vt = [t for t in VARIANTS[b][1] if t in timed]
+        checks_b = [dict(build=b, **compare(libs[b], libs["production"], c, t, ws, n))
+                    for t in vt for n, c in edge_cases("fp8" if kv == FP8_KV else "bf16", "cuda")]
+        for T, _ in SHAPES[kv]:
+            case, _, _ = shape_case(S, T, H, kv)
+            checks_b += [dict(build=b, **compare(libs[b], libs["production"], case, t, ws, f"S={S} T={T} H={H}"))
+                         for t in vt]
+            del case
+        bad = [c for c in checks_b if not c["equal"]]
+        log(f"overlap: {b}: {len(checks_b) - len(bad)} of {len(checks_b)} calls equal to production's output"
+            + (f"; NOT TIMED, differs at {[(c['case'], c['tier']) for c in bad][:4]}" if bad else ""))
+        if bad:
+            differs.add(b)
+        same += checks_b
+    for b in differs:
+        del libs[b]
     rows = []
     for T, shape_tiers in SHAPES[kv]:
         shape_tiers = [t for t in shape_tiers if tiers is None or t in tiers]
@@ -115,7 +143,8 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None) 
         del case, o, lse
         torch.cuda.empty_cache()
     return {"kind": "overlap", "kv_dtype": KV_DTYPE_NAMES[kv], "clock_assumed_mhz": mhz,
-            "l2_window_rows": l2_window_rows(kv), "rows": rows}
+            "l2_window_rows": l2_window_rows(kv), "rows": rows, "same_output": same,
+            "not_timed_differs": sorted(differs)}
 
 
 def table(doc: dict) -> list[str]:

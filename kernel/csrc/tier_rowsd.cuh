@@ -61,6 +61,25 @@ constexpr int IDX_WIN = 8;                             // tiles in the index win
 constexpr int QK_STEPS = 9;                            // 8 latent + 1 rope k-step per dim quarter
 constexpr int OSTRIDE = DV + 8;                        // padded bf16 row of the output staging
 constexpr float RESCALE_LOG2 = 8.f;                    // keep a stale max up to 2^8 below the true one
+// rows64d's half 0: 0 runs PV(j) in its step j, behind its softmax(j) and a second half barrier;
+// 1 runs PV(j - 1) in step j with its softmax(j) interleaved between PV's column steps, so that
+// the softmax's latency chain issues in the shadow of the warp's own MMAs and half 0 passes one
+// half barrier a tile (P, alpha and the rescale flags then take two buffers, by the tile's
+// parity). -DMLAV_H0_LAG sets it (diagnostic builds)
+#ifdef MLAV_H0_LAG
+constexpr int H0_LAG = MLAV_H0_LAG;
+#else
+constexpr int H0_LAG = 0;
+#endif
+// rows64d's half 1: 0 runs softmax(j - 1), a half barrier, PV(j - 1), then QK(j); 1 issues
+// softmax(j - 1)'s stages between QK(j)'s k-steps, passes the half barrier before QK(j)'s partials
+// are stored (every read of xs(j - 1) is done then, and P(j - 1) visible), then PV(j - 1)
+// (-DMLAV_H1_MIX; diagnostic builds)
+#ifdef MLAV_H1_MIX
+constexpr int H1_MIX = MLAV_H1_MIX;
+#else
+constexpr int H1_MIX = 0;
+#endif
 
 template <int HALVES, bool FP8 = false>
 struct Layout {
@@ -80,13 +99,14 @@ struct Layout {
   static constexpr int ROW8 = D + 16;                  // fp8: a stage row, 37 16-byte groups
   static constexpr int STAGE8 = BN * ROW8;
   static constexpr int XS_BYTES = WARPS * 4 * 32 * 16; // partial S: [warp][row group][lane] float4
-  static constexpr int PS_BYTES = 2 * HALVES * 32 * 16;   // P: [m-tile][lane] A fragment (uint4)
+  static constexpr int NBUF = HALVES == 2 && H0_LAG ? 2 : 1;   // P, alpha, flags: buffers by tile parity
+  static constexpr int PS_BYTES = NBUF * 2 * HALVES * 32 * 16;   // P: [buf][half][m-tile][lane] A fragment (uint4)
   static constexpr int RING = FP8 ? KST * STAGE8 : RING_BYTES;
   static constexpr int OFF_XS = RING;
   static constexpr int OFF_PS = OFF_XS + XS_BYTES;
   static constexpr int OFF_ALPHA = OFF_PS + PS_BYTES;  // [BM] rescale of the running O
-  static constexpr int OFF_FLAG = OFF_ALPHA + BM * 4;  // [WARPS] per softmax warp: some row rescaled
-  static constexpr int OFF_INV = OFF_FLAG + WARPS * 4; // [BM] 1 / l at the end
+  static constexpr int OFF_FLAG = OFF_ALPHA + NBUF * BM * 4;   // [buf][WARPS] per softmax warp: some row rescaled
+  static constexpr int OFF_INV = OFF_FLAG + NBUF * WARPS * 4;   // [BM] 1 / l at the end
   static constexpr int OFF_LSE = OFF_INV + BM * 4;     // [BM] log2-LSE at the end
   static constexpr int OFF_IDX = (OFF_LSE + BM * 4 + 15) / 16 * 16;   // [IDX_WIN][BN] slot ids, 8 B each
   static constexpr int OFF_ITEM = OFF_IDX + IDX_WIN * BN * 8;        // this CTA's Item
@@ -356,7 +376,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // partial S of tile `tile` over this warp's 32 rows and 144 dims -> xs, stored per row
   // group (2 m + hr) in the order the softmax reads it
   // (draft_tag, std::bool_constant: the draft tiles' copy of the loop, fp8 only; see the loop)
-  // hook(kk) runs at the top of k-step kk (the prefix tiles' QK; qk_copying issues a copy there)
+  // hook(kk) runs at the top of k-step kk (the prefix tiles' QK; qk_copying issues a copy there),
+  // and hook(QK_STEPS) before the partials are stored
   auto qk = [&](int tile, auto draft_tag, auto hook) {
     constexpr bool DRAFT = decltype(draft_tag)::value;
     float s[2][2][4];
@@ -391,6 +412,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         const int pos0 = tile_pos(tile) + g;
 #pragma unroll 1
         for (int kk = 0; kk < QK_STEPS; ++kk) {
+          if constexpr (H1_MIX) hook(kk);   // (otherwise the call moved ptxas's sm_90 code of half 0)
           int kx;
           asm volatile("mov.b32 %0, %1;" : "=r"(kx) : "r"(kk));
           const int c = 16 * (9 * d + kx) + 4 * qd;
@@ -434,6 +456,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         mma16816(s[1][1], qa[kk][1], cb[2], cb[3]);
       }
     }
+    hook(QK_STEPS);                                       // (H1_MIX: the half barrier before the stores)
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -443,19 +466,34 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
 
   // softmax of tile j for row srow: sum the four dim-quarter partials of this half, mask,
-  // online max with a stale-max threshold, P -> ps as the PV warps' A fragments
-  auto softmax = [&](int j) {
-    const float4 t0 = xs[((r * 4) * 4 + d) * 32 + lane];
-    float v[4] = {t0.x, t0.y, t0.z, t0.w};
+  // online max with a stale-max threshold, P -> ps as the PV warps' A fragments. In four stages
+  // (load, sum and mask, max and exp, stores) over a state, so that half 0 can issue them between
+  // PV's column steps (H0_LAG); softmax(j) runs them back to back
+  struct SmState {
+    float4 t[4];
+    float v[4];
+    float p[4];
+    float alpha;
+    bool any, pref;
+  };
+  // the buffer of tile j's P, alpha and flags (two with H0_LAG, by parity)
+  auto buf = [&](int j) { return Lo::NBUF == 2 ? (j & 1) : 0; };
+  auto sm_load = [&](SmState& st) {
+#pragma unroll
+    for (int dq = 0; dq < 4; ++dq) st.t[dq] = xs[((r * 4 + dq) * 4 + d) * 32 + lane];
+  };
+  auto sm_mask = [&](int j, SmState& st) {
+    float* v = st.v;
+    v[0] = st.t[0].x; v[1] = st.t[0].y; v[2] = st.t[0].z; v[3] = st.t[0].w;
 #pragma unroll
     for (int dq = 1; dq < 4; ++dq) {
-      const float4 t = xs[((r * 4 + dq) * 4 + d) * 32 + lane];
-      v[0] += t.x; v[1] += t.y; v[2] += t.z; v[3] += t.w;
+      v[0] += st.t[dq].x; v[1] += st.t[dq].y; v[2] += st.t[dq].z; v[3] += st.t[dq].w;
     }
     const int tpos = tile_pos(j);
     // fp8: a tile is prefix or draft, never both; a prefix tile ends at pe (its rows past pe
     // belong to the draft tiles), a draft tile is masked
     const bool pref = !FP8 || j < n_main();
+    st.pref = pref;
     const bool edge = FP8 ? !pref || tpos + BN > pe() : tpos + BN > it.S || tpos + BN > it.p1;
     if constexpr (FP8) {   // k_scale, 2^qe and the convert's shift on the prefix logits
       const float sc = pref ? *pscale_s : p.scale_log2;
@@ -479,17 +517,23 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         if (!ok) v[i] = -INFINITY;
       }
     }
+  };
+  auto sm_exp = [&](SmState& st) {
+    const float* v = st.v;
     // first finite max, or one 2^8 above the stale max: move it (m_run = -inf gives alpha 0)
-    float alpha;
-    const bool any = stale_row_max(fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3])), RESCALE_LOG2, m_run, alpha);
+    st.any = stale_row_max(fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3])), RESCALE_LOG2, m_run, st.alpha);
     // a row that has seen only masked keys keeps m = -inf; shift by 0 to avoid inf - inf
     const float shift = m_run == -INFINITY ? 0.f : m_run;
-    const float p0 = exp2f(v[0] - shift), p1 = exp2f(v[1] - shift);
-    const float p2 = exp2f(v[2] - shift), p3 = exp2f(v[3] - shift);
-    l_run = l_run * alpha + ((p0 + p1) + (p2 + p3));
-    uint32_t* pw = reinterpret_cast<uint32_t*>(ps + (r * 2 + (d >> 1)) * 32 + lane);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.p[i] = exp2f(v[i] - shift);
+    l_run = l_run * st.alpha + ((st.p[0] + st.p[1]) + (st.p[2] + st.p[3]));
+  };
+  auto sm_store = [&](int j, const SmState& st) {
+    const float p0 = st.p[0], p1 = st.p[1], p2 = st.p[2], p3 = st.p[3];
+    const int b = buf(j);
+    uint32_t* pw = reinterpret_cast<uint32_t*>(ps + ((b * HALVES + r) * 2 + (d >> 1)) * 32 + lane);
     if constexpr (FP8) {   // prefix: f16 for the f16 MMAs; draft: bf16 times 2^-KV16_SHIFT / v_scale
-      if (pref) {
+      if (st.pref) {
         pw[d & 1] = f16x2_of(p0, p1);
         pw[2 + (d & 1)] = f16x2_of(p2, p3);
       } else {
@@ -501,18 +545,27 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       pw[d & 1] = pack_bf16(p0, p1);                      // a0 / a1: tokens 2qd, 2qd + 1
       pw[2 + (d & 1)] = pack_bf16(p2, p3);                // a2 / a3: tokens 8 + 2qd, 9 + 2qd
     }
-    if (qd == 0) alpha_s[srow] = alpha;
-    if (lane == 0) flag_s[warp] = any;
+    if (qd == 0) alpha_s[b * BM + srow] = st.alpha;
+    if (lane == 0) flag_s[b * Lo::WARPS + warp] = st.any;
+  };
+  auto softmax = [&](int j) {
+    SmState st;
+    sm_load(st);
+    sm_mask(j, st);
+    sm_exp(st);
+    sm_store(j, st);
   };
 
   // PV(j): O[this half's 32 rows, my 128 columns] = alpha * O + P V
-  auto pv = [&](int j, auto draft_tag) {
+  // hook(c) runs at the top of column step c = 0..7 (H0_LAG: softmax(j + 1)'s stages)
+  auto pv = [&](int j, auto draft_tag, auto hook) {
     constexpr bool DRAFT = decltype(draft_tag)::value;
-    const int4 f = reinterpret_cast<const int4*>(flag_s)[r];
+    const int pb = buf(j);
+    const int4 f = reinterpret_cast<const int4*>(flag_s + pb * Lo::WARPS)[r];
     if ((f.x | f.y | f.z | f.w) != 0) {                   // uniform across the half
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        const float a0 = alpha_s[r * 32 + m * 16 + g], a1 = alpha_s[r * 32 + m * 16 + g + 8];
+        const float a0 = alpha_s[pb * BM + r * 32 + m * 16 + g], a1 = alpha_s[pb * BM + r * 32 + m * 16 + g + 8];
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
           acc[m][n][0] *= a0; acc[m][n][1] *= a0;
@@ -523,7 +576,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     uint32_t pa[2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
-      const uint4 t = ps[(r * 2 + m) * 32 + lane];
+      const uint4 t = ps[((pb * HALVES + r) * 2 + m) * 32 + lane];
       pa[m][0] = t.x; pa[m][1] = t.y; pa[m][2] = t.z; pa[m][3] = t.w;
     }
     if constexpr (FP8) {
@@ -538,6 +591,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         ldsm_x2_t(vb, b[0][0], b[0][1]);
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
+          hook(c);
           if (c + 1 < 8) ldsm_x2_t(vb + 16 * (c + 1), b[(c + 1) & 1][0], b[(c + 1) & 1][1]);
           const uint32_t* cb = b[c & 1];
           const uint32_t x = __byte_perm(cb[0], 0u, 0x3120), y = __byte_perm(cb[1], 0u, 0x3120);
@@ -563,6 +617,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         for (int q = 0; q < 4; ++q)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
+            hook(2 * q + h);
             uint32_t x[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i)
@@ -586,6 +641,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       ldsm_x4_t(vb, b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
       for (int n2 = 0; n2 < 8; ++n2) {
+        hook(n2);
         if (n2 + 1 < 8) {
           uint32_t* nb = b[(n2 + 1) & 1];
           ldsm_x4_t(vb + 128 * (n2 + 1), nb[0], nb[1], nb[2], nb[3]);
@@ -678,14 +734,20 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto no_hook = [](int) {};
   // QK(j) with tile j + AH's copies, one piece a k-step (fp8: in the prefix loop alone, whose QK
   // calls the hook; its draft tiles do not go through the ring)
-  auto qk_copying = [&](int j, auto draft_tag) {
+  auto qk_copying = [&](int j, auto draft_tag, auto hook) {
     if (loads && !decltype(draft_tag)::value) {
       const CopyShare sh = copy_share(j + AH);
-      if (do_qk) qk(j, draft_tag, [&](int kk) { sh.piece(kk); });
-      else
+      if (do_qk) {
+        qk(j, draft_tag, [&](int kk) { sh.piece(kk); hook(kk); });
+      } else {
         for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
+        if constexpr (H1_MIX)
+          for (int kk = 0; kk <= QK_STEPS; ++kk) hook(kk);
+      }
     } else if (do_qk) {
-      qk(j, draft_tag, no_hook);
+      qk(j, draft_tag, hook);
+    } else if constexpr (H1_MIX) {
+      for (int kk = 0; kk <= QK_STEPS; ++kk) hook(kk);
     }
   };
   // one tile step of each half (half 0, or the one half of rows32d; half 1 runs a tile behind in
@@ -693,51 +755,121 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // where at 255 registers ptxas re-read the thread index before it on every tile
   auto step0 = [&](int j, auto draft_tag) {
     top(j);
-    if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag);
+    if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag, no_hook);
     else if (do_qk) qk(j, draft_tag, no_hook);
     half_bar();
-    if (do_sm) softmax(j);
-    half_bar();
-    if (do_pv) pv(j, draft_tag);
+    if constexpr (HALVES == 2 && H0_LAG) {
+      // PV(j - 1) with softmax(j)'s stages between its column steps: P(j - 1) is in its buffer
+      // since top(j)'s barrier, and softmax(j) writes the other one (j >= 1: step0_first
+      // runs tile 0)
+      if (do_pv) {
+        SmState st;
+        pv(j - 1, draft_tag, [&](int c) {
+          if (!do_sm) return;
+          if (c == 0) sm_load(st);
+          if (c == 2) sm_mask(j, st);
+          if (c == 4) sm_exp(st);
+          if (c == 6) sm_store(j, st);
+        });
+      } else if (do_sm) {
+        softmax(j);
+      }
+    } else {
+      if (do_sm) softmax(j);
+      half_bar();
+      if (do_pv) pv(j, draft_tag, no_hook);
+    }
     if (COPY_AT) cp_async_commit();
   };
   auto step1 = [&](int j, auto draft_tag) {
     top(j);
-    if (j > 0) {                                          // the CTA barrier ordered xs(j-1)
-      if (do_sm) softmax(j - 1);
-      half_bar();
-      if (do_pv) pv(j - 1, draft_tag);
-    }
-    // the copies of tile j + AH: its stage held tile j + AH - KST <= j - 2, which both halves
-    // finished reading before top(j)'s barrier
-    if constexpr (COPY_AT == 1 && HALVES == 2) {
-      if (loads) copy_tile(j + AH);
-    }
-    if constexpr (COPY_AT == 2 && HALVES == 2) {
-      qk_copying(j, draft_tag);
+    if constexpr (H1_MIX) {
+      // softmax(j - 1)'s exp and stores between QK(j)'s k-steps, the half barrier before its
+      // partials are stored, then PV(j - 1). The partials' sum runs before QK(j): its 16 loaded
+      // values held through QK spilled
+      if constexpr (COPY_AT == 1) {
+        if (loads) copy_tile(j + AH);
+      }
+      SmState st;
+      if (j > 0 && do_sm) {
+        sm_load(st);
+        sm_mask(j - 1, st);
+      }
+      auto mix = [&](int kk) {
+        if (j == 0) return;
+        if (do_sm) {
+          if (kk == 1) sm_exp(st);
+          if (kk == 4) sm_store(j - 1, st);
+        }
+        if (kk == QK_STEPS) half_bar();
+      };
+      if constexpr (COPY_AT == 2) {
+        qk_copying(j, draft_tag, mix);
+      } else {
+        if (do_qk) qk(j, draft_tag, mix);
+        else
+          for (int kk = 0; kk <= QK_STEPS; ++kk) mix(kk);
+      }
+      if (j > 0 && do_pv) pv(j - 1, draft_tag, no_hook);
     } else {
-      if (do_qk) qk(j, draft_tag, no_hook);
+      if (j > 0) {                                        // the CTA barrier ordered xs(j-1)
+        if (do_sm) softmax(j - 1);
+        half_bar();
+        if (do_pv) pv(j - 1, draft_tag, no_hook);
+      }
+      // the copies of tile j + AH: its stage held tile j + AH - KST <= j - 2, which both halves
+      // finished reading before top(j)'s barrier
+      if constexpr (COPY_AT == 1 && HALVES == 2) {
+        if (loads) copy_tile(j + AH);
+      }
+      if constexpr (COPY_AT == 2 && HALVES == 2) {
+        qk_copying(j, draft_tag, no_hook);
+      } else {
+        if (do_qk) qk(j, draft_tag, no_hook);
+      }
     }
     if (COPY_AT) cp_async_commit();
   };
   // fp8 runs the steps in two loops, the prefix tiles' and the draft tiles' (draft_tag): Q's f16
   // fragments are dead in the second, which frees the registers its bf16 QK needs
-  auto run = [&](auto step) {
+  auto run = [&](auto step, int j0) {
     if constexpr (FP8) {
-      int j = 0;
+      int j = j0;
       for (; j < n_main(); ++j) step(j, std::false_type());
       for (; j < n_tiles; ++j) step(j, std::true_type());
     } else {
-      for (int j = 0; j < n_tiles; ++j) step(j, std::false_type());
+      for (int j = j0; j < n_tiles; ++j) step(j, std::false_type());
     }
   };
+  // H0_LAG: half 0's tile 0 (nothing to multiply yet), out of the loop
+  auto step0_first = [&](auto draft_tag) {
+    top(0);
+    if (do_qk) qk(0, draft_tag, no_hook);
+    half_bar();
+    if (do_sm) softmax(0);
+    if (COPY_AT) cp_async_commit();
+  };
   MLAV_BW(const unsigned bw_t0 = clock());
-  if (HALVES == 1 || r == 0) run(step0); else run(step1);
+  if (HALVES == 2 && H0_LAG && r == 0) {
+    if (n_tiles > 0) {
+      if (!FP8 || n_main() > 0) step0_first(std::false_type());
+      else step0_first(std::true_type());
+    }
+    run(step0, 1);
+  } else if (HALVES == 1 || r == 0) {
+    run(step0, 0);
+  } else {
+    run(step1, 0);
+  }
   if (HALVES == 2 && r == 1 && n_tiles > 0) {             // half 1's last tile
     half_bar();
     if (do_sm) softmax(n_tiles - 1);
     half_bar();
-    if (do_pv) pv(n_tiles - 1, std::true_type());
+    if (do_pv) pv(n_tiles - 1, std::true_type(), no_hook);
+  }
+  if (HALVES == 2 && H0_LAG && r == 0 && n_tiles > 0) {   // half 0's last PV
+    half_bar();
+    if (do_pv) pv(n_tiles - 1, std::true_type(), no_hook);
   }
 #ifdef MLAV_RACE_EVEN
   // diagnostic build for racecheck (kernel/bench/race_probe.py): half 1 passes its named barrier
