@@ -59,7 +59,10 @@ NOISE_TIERS = (6, 8)
 # first 1-3 pieces of each thread's share, one a k-step of its QK (-DMLAV_HALF0_PIECES), 3-12 % slower.
 # rows64d's softmax between its own MMAs (tier_rowsd.cuh): half 0 running PV(j - 1) in step j with
 # softmax(j) between its column steps (H0_LAG), half 1 issuing softmax(j - 1)'s exp and stores
-# between QK(j)'s k-steps (H1_MIX), and both; each must write production's output bit for bit
+# between QK(j)'s k-steps (H1_MIX), and both (rungs/overlap*-h200-20261203T1909-softmax-mma.json:
+# H0_LAG's math alone -5 %, its full call not faster; H1_MIX +14 %); with H0_LAG, half 0 issuing
+# half of each tile's copies or all of them in its PV (SPLIT_COPIES 1, 2). Each must write
+# production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "copy_after_barrier": (("MLAV_COPY_AT=0",), (8,)),
@@ -69,6 +72,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag": (("MLAV_H0_LAG=1",), (8,)),
     "h1_mix": (("MLAV_H1_MIX=1",), (8,)),
     "h0_lag_h1_mix": (("MLAV_H0_LAG=1", "MLAV_H1_MIX=1"), (8,)),
+    "h0_lag_split": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=1"), (8,)),
+    "h0_lag_copies": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=2"), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

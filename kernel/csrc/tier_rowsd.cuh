@@ -80,6 +80,14 @@ constexpr int H1_MIX = MLAV_H1_MIX;
 #else
 constexpr int H1_MIX = 0;
 #endif
+// with H0_LAG: 1 splits each tile's copies between the halves, half 1 the odd pieces of each
+// thread's share (where COPY_AT puts them), half 0 the even ones between PV(j - 1)'s column steps;
+// 2 gives half 0 every piece, one a column step (-DMLAV_SPLIT_COPIES; diagnostic builds)
+#ifdef MLAV_SPLIT_COPIES
+constexpr int SPLIT_COPIES = MLAV_SPLIT_COPIES;
+#else
+constexpr int SPLIT_COPIES = 0;
+#endif
 
 template <int HALVES, bool FP8 = false>
 struct Layout {
@@ -280,6 +288,11 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   static_assert(COPY32_AT == 0 || COPY_AT != 0, "rows32d's copies in QK need the two groups a step");
   // copies outside top: half 1 of rows64d (COPY_AT 1, 2), rows32d with COPY32_AT = 2
   constexpr bool LATE_COPIES = HALVES == 2 ? COPY_AT != 0 : COPY32_AT == 2;
+  // SPLIT_COPIES: half 0 issues part of the late copies (in the step of H0_LAG only)
+  constexpr bool SPLIT = HALVES == 2 && H0_LAG && SPLIT_COPIES && LATE_COPIES;
+  // does half 1 issue piece i of its share (SPLIT: the odd ones, or none)
+  auto h1_piece = [](int i) { return !SPLIT || (SPLIT_COPIES == 1 && (i & 1)); };
+  static_assert(!(SPLIT && H1_MIX), "SPLIT_COPIES is built for half 1's step without H1_MIX");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
@@ -738,9 +751,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (loads && !decltype(draft_tag)::value) {
       const CopyShare sh = copy_share(j + AH);
       if (do_qk) {
-        qk(j, draft_tag, [&](int kk) { sh.piece(kk); hook(kk); });
+        qk(j, draft_tag, [&](int kk) { if (h1_piece(kk)) sh.piece(kk); hook(kk); });
       } else {
-        for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
+        for (int kk = 0; kk < QK_STEPS; ++kk)
+          if (h1_piece(kk)) sh.piece(kk);
         if constexpr (H1_MIX)
           for (int kk = 0; kk <= QK_STEPS; ++kk) hook(kk);
       }
@@ -762,17 +776,28 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // PV(j - 1) with softmax(j)'s stages between its column steps: P(j - 1) is in its buffer
       // since top(j)'s barrier, and softmax(j) writes the other one (j >= 1: step0_first
       // runs tile 0)
+      // SPLIT: half 0's pieces of tile j + AH's copies at PV's column steps (1: piece c - 1 at
+      // odd c; 2: piece c; piece 8 at c = 7)
+      const bool cp = SPLIT && loads && !decltype(draft_tag)::value;
+      const CopyShare sh = copy_share(cp ? j + AH : 0);
       if (do_pv) {
         SmState st;
         pv(j - 1, draft_tag, [&](int c) {
+          if (cp && (SPLIT_COPIES == 2 || (c & 1))) {
+            sh.piece(SPLIT_COPIES == 2 ? c : c - 1);
+            if (c == 7) sh.piece(8);
+          }
           if (!do_sm) return;
           if (c == 0) sm_load(st);
           if (c == 2) sm_mask(j, st);
           if (c == 4) sm_exp(st);
           if (c == 6) sm_store(j, st);
         });
-      } else if (do_sm) {
-        softmax(j);
+      } else {
+        if (do_sm) softmax(j);
+        if (cp)
+          for (int i = 0; i < 10; ++i)
+            if (!h1_piece(i)) sh.piece(i);
       }
     } else {
       if (do_sm) softmax(j);
@@ -819,7 +844,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
       // the copies of tile j + AH: its stage held tile j + AH - KST <= j - 2, which both halves
       // finished reading before top(j)'s barrier
-      if constexpr (COPY_AT == 1 && HALVES == 2) {
+      if constexpr (COPY_AT == 1 && HALVES == 2 && SPLIT) {
+        if (loads && (FP8 ? j + AH < n_main() : j + AH < n_tiles)) {
+          const CopyShare sh = copy_share(j + AH);
+#pragma unroll
+          for (int i = 0; i < 10; ++i)
+            if (h1_piece(i)) sh.piece(i);
+        }
+      } else if constexpr (COPY_AT == 1 && HALVES == 2) {
         if (loads) copy_tile(j + AH);
       }
       if constexpr (COPY_AT == 2 && HALVES == 2) {
@@ -847,6 +879,11 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (do_qk) qk(0, draft_tag, no_hook);
     half_bar();
     if (do_sm) softmax(0);
+    if (SPLIT && loads && !decltype(draft_tag)::value) {   // the even pieces of tile AH
+      const CopyShare sh = copy_share(AH);
+      for (int i = 0; i < 10; ++i)
+        if (!h1_piece(i)) sh.piece(i);
+    }
     if (COPY_AT) cp_async_commit();
   };
   MLAV_BW(const unsigned bw_t0 = clock());
