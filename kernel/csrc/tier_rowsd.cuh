@@ -82,7 +82,9 @@ constexpr int H1_MIX = 0;
 #endif
 // with H0_LAG: 1 splits each tile's copies between the halves, half 1 the odd pieces of each
 // thread's share (where COPY_AT puts them), half 0 the even ones between PV(j - 1)'s column steps;
-// 2 gives half 0 every piece, one a column step (-DMLAV_SPLIT_COPIES; diagnostic builds)
+// 2 gives half 0 every piece, one a column step; 3 as 2 a column step later (piece c - 1 at step
+// c); 4 as 2 with the share's address formed right after top(j), before QK(j)
+// (-DMLAV_SPLIT_COPIES; diagnostic builds)
 #ifdef MLAV_SPLIT_COPIES
 constexpr int SPLIT_COPIES = MLAV_SPLIT_COPIES;
 #else
@@ -769,6 +771,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // where at 255 registers ptxas re-read the thread index before it on every tile
   auto step0 = [&](int j, auto draft_tag) {
     top(j);
+    const bool cp = SPLIT && loads && !decltype(draft_tag)::value;
+    CopyShare sh_early{};
+    if constexpr (SPLIT && SPLIT_COPIES == 4) sh_early = copy_share(cp ? j + AH : 0);
     if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag, no_hook);
     else if (do_qk) qk(j, draft_tag, no_hook);
     half_bar();
@@ -778,13 +783,15 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // runs tile 0)
       // SPLIT: half 0's pieces of tile j + AH's copies at PV's column steps (1: piece c - 1 at
       // odd c; 2: piece c; piece 8 at c = 7)
-      const bool cp = SPLIT && loads && !decltype(draft_tag)::value;
-      const CopyShare sh = copy_share(cp ? j + AH : 0);
+      const CopyShare sh = SPLIT_COPIES == 4 ? sh_early : copy_share(cp ? j + AH : 0);
       if (do_pv) {
         SmState st;
         pv(j - 1, draft_tag, [&](int c) {
-          if (cp && (SPLIT_COPIES == 2 || (c & 1))) {
-            sh.piece(SPLIT_COPIES == 2 ? c : c - 1);
+          if (cp) {
+            if (SPLIT_COPIES == 1 && (c & 1)) sh.piece(c - 1);
+            if (SPLIT_COPIES == 2 || SPLIT_COPIES == 4) sh.piece(c);
+            if (SPLIT_COPIES == 3 && c > 0) sh.piece(c - 1);
+            if (SPLIT_COPIES == 3 && c == 7) sh.piece(7);
             if (c == 7) sh.piece(8);
           }
           if (!do_sm) return;
