@@ -63,7 +63,10 @@ NOISE_TIERS = (6, 8)
 # H0_LAG's math alone -5 %, its full call not faster; H1_MIX +14 %); with H0_LAG, half 0 issuing
 # half of each tile's copies or all of them in its PV (SPLIT_COPIES 1, 2; rungs/overlap*-h200-
 # 20261203T1916-copies.json: 2 -3.8 % at the bf16 centre, even on fp8), a column step later (3) or
-# with their address formed before QK (4). Each must write production's output bit for bit
+# with their address formed before QK (4) (rungs/overlap*-h200-20261203T1920-copies-where.json: 3
+# -3.5 / -4.1 % at the bf16 centre and T = 32, production on bf16 since; none faster on fp8);
+# h0_classic is bf16's production before it (on fp8 it is production). Each must write
+# production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "copy_after_barrier": (("MLAV_COPY_AT=0",), (8,)),
@@ -77,6 +80,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=2"), (8,)),
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_lag_copies_early": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=4"), (8,)),
+    "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

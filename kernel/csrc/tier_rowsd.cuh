@@ -19,15 +19,17 @@
 // A half synchronises its 4 warps with named barriers. With two halves, they meet once per
 // tile, at the CTA barrier that also rotates the KV ring, at different points of their tile:
 // half 0 runs QK(j), softmax(j), PV(j); half 1 runs softmax(j-1), PV(j-1), QK(j); so while
-// one half waits on its softmax chain the other (same schedulers) issues MMAs. With one half
+// one half waits on its softmax chain the other (same schedulers) issues MMAs. On bf16 half 0
+// runs QK(j), then PV(j-1) with softmax(j) and tile j + AHEAD's copies between PV's column steps
+// (H0_LAG, SPLIT_COPIES), so its own MMAs cover its softmax too. With one half
 // per CTA, the two CTAs on an SM are independent and overlap the same way by themselves (each
 // reads the KV range of its row tile: the second read comes from L2).
 // KV: 16-token stages under L2 evict-first (bf16 4, fp8 8), AHEAD tiles in flight past the ones
 // in use, slot ids by cp.async IDX_AHEAD tiles earlier into a shared window (in the loop by lanes
 // 0-15 of warp 0, and the tile's copies issued by the lean loader; see tier_rows64d_pair.cuh and
-// the overlap rung in kernel/NOTES.md); with two halves warp 4 copies the slot ids and half 1
-// alone the tile, right before its QK of the step (bf16) or a piece a k-step of it (fp8; see
-// load_lean and COPY_AT).
+// the overlap rung in kernel/NOTES.md); with two halves warp 4 copies the slot ids and one half
+// the tile: half 0 in its PV (bf16), half 1 a piece a k-step of its QK (fp8; see load_lean,
+// COPY_AT and SPLIT_COPIES).
 // Partials (normalised bf16 O, fp32 log2-LSE) use the common layout and merge (combine<32 HALVES>).
 // FP8 (SGLang's fp8_e4m3 pool): small8's numerics on this schedule. The prefix rows stream as
 // e4m3 bytes into rows padded to 592 B (8 rows of one 16-byte column in 8 bank groups, so no
@@ -65,11 +67,13 @@ constexpr float RESCALE_LOG2 = 8.f;                    // keep a stale max up to
 // 1 runs PV(j - 1) in step j with its softmax(j) interleaved between PV's column steps, so that
 // the softmax's latency chain issues in the shadow of the warp's own MMAs and half 0 passes one
 // half barrier a tile (P, alpha and the rescale flags then take two buffers, by the tile's
-// parity). -DMLAV_H0_LAG sets it (diagnostic builds)
+// parity). Production: 1 on bf16 (with SPLIT_COPIES = 3: -3.5 % at the centre, -4.1 % at T = 32),
+// 0 on fp8, where no variant was faster (kernel/bench/overlap.py, kernel/NOTES.md).
+// -DMLAV_H0_LAG sets both pools (diagnostic builds)
 #ifdef MLAV_H0_LAG
-constexpr int H0_LAG = MLAV_H0_LAG;
+constexpr int H0_LAG_BF16 = MLAV_H0_LAG, H0_LAG_FP8 = MLAV_H0_LAG;
 #else
-constexpr int H0_LAG = 0;
+constexpr int H0_LAG_BF16 = 1, H0_LAG_FP8 = 0;
 #endif
 // rows64d's half 1: 0 runs softmax(j - 1), a half barrier, PV(j - 1), then QK(j); 1 issues
 // softmax(j - 1)'s stages between QK(j)'s k-steps, passes the half barrier before QK(j)'s partials
@@ -80,15 +84,16 @@ constexpr int H1_MIX = MLAV_H1_MIX;
 #else
 constexpr int H1_MIX = 0;
 #endif
-// with H0_LAG: 1 splits each tile's copies between the halves, half 1 the odd pieces of each
-// thread's share (where COPY_AT puts them), half 0 the even ones between PV(j - 1)'s column steps;
-// 2 gives half 0 every piece, one a column step; 3 as 2 a column step later (piece c - 1 at step
-// c); 4 as 2 with the share's address formed right after top(j), before QK(j)
-// (-DMLAV_SPLIT_COPIES; diagnostic builds)
+// with H0_LAG: 0 leaves a tile's copies to half 1 (COPY_AT); 1 splits them, half 1 the odd
+// pieces of each thread's share, half 0 the even ones between PV(j - 1)'s column steps; 2 gives
+// half 0 every piece, one a column step; 3 as 2 a column step later (piece c - 1 at step c, the
+// last three at step 7), production on bf16: the copies lengthened half 1, the longer path with
+// loads, and half 0 has the room since H0_LAG; 4 as 2 with the share's address formed right after
+// top(j), before QK(j). -DMLAV_SPLIT_COPIES sets both pools (diagnostic builds)
 #ifdef MLAV_SPLIT_COPIES
-constexpr int SPLIT_COPIES = MLAV_SPLIT_COPIES;
+constexpr int SPLIT_COPIES_BF16 = MLAV_SPLIT_COPIES, SPLIT_COPIES_FP8 = MLAV_SPLIT_COPIES;
 #else
-constexpr int SPLIT_COPIES = 0;
+constexpr int SPLIT_COPIES_BF16 = 3, SPLIT_COPIES_FP8 = 0;
 #endif
 
 template <int HALVES, bool FP8 = false>
@@ -109,7 +114,9 @@ struct Layout {
   static constexpr int ROW8 = D + 16;                  // fp8: a stage row, 37 16-byte groups
   static constexpr int STAGE8 = BN * ROW8;
   static constexpr int XS_BYTES = WARPS * 4 * 32 * 16; // partial S: [warp][row group][lane] float4
-  static constexpr int NBUF = HALVES == 2 && H0_LAG ? 2 : 1;   // P, alpha, flags: buffers by tile parity
+  static constexpr int H0_LAG = HALVES == 2 ? (FP8 ? H0_LAG_FP8 : H0_LAG_BF16) : 0;
+  static constexpr int SPLIT_COPIES = FP8 ? SPLIT_COPIES_FP8 : SPLIT_COPIES_BF16;
+  static constexpr int NBUF = H0_LAG ? 2 : 1;          // P, alpha, flags: buffers by tile parity
   static constexpr int PS_BYTES = NBUF * 2 * HALVES * 32 * 16;   // P: [buf][half][m-tile][lane] A fragment (uint4)
   static constexpr int RING = FP8 ? KST * STAGE8 : RING_BYTES;
   static constexpr int OFF_XS = RING;
@@ -136,6 +143,7 @@ template <int HALVES, int DIAG, bool FP8>
 __device__ __forceinline__ void rowsd_body(const Params& p) {
   using Lo = Layout<HALVES, FP8>;
   constexpr int BM = Lo::BM, THREADS = Lo::THREADS, TPT = Lo::TPT, AHEAD = Lo::AHEAD;
+  constexpr int H0_LAG = Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;   // (this pool's)
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
@@ -267,7 +275,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr int AH = AHEAD;                               // tiles issued before the first is used
   // where half 1 of rows64d issues tile j + AHEAD's copies in its step j: 0 right after the
   // loop-top barrier, where they lengthened the half that is already the longer one by ~390
-  // clocks a tile (kernel/bench/barwait.py); 1 right before its QK(j), production on bf16; 2 one
+  // clocks a tile (kernel/bench/barwait.py); 1 right before its QK(j), production on bf16 until
+  // half 0 took the copies (SPLIT_COPIES: 1 now only keeps the two groups a step there); 2 one
   // copy a k-step of QK(j), production on fp8, where it was 6-7 % faster than 1 (on bf16 within
   // 1 % of 1, and sm_120's bf16 half-0 loop 5 % longer; kernel/bench/overlap.py, kernel/NOTES.md).
   // -DMLAV_COPY_AT sets both pools (diagnostic builds). With 1 or 2 every step closes two groups
@@ -784,10 +793,15 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // SPLIT: half 0's pieces of tile j + AH's copies at PV's column steps (1: piece c - 1 at
       // odd c; 2: piece c; piece 8 at c = 7)
       const CopyShare sh = SPLIT_COPIES == 4 ? sh_early : copy_share(cp ? j + AH : 0);
+      // (the per-part diagnostic copy issues them before PV: between its column steps 44 B
+      // spilled there on sm_90; its parts run without loads)
+      if (DG && cp && do_pv)
+        for (int i = 0; i < 10; ++i)
+          if (!h1_piece(i)) sh.piece(i);
       if (do_pv) {
         SmState st;
         pv(j - 1, draft_tag, [&](int c) {
-          if (cp) {
+          if (cp && !DG) {
             if (SPLIT_COPIES == 1 && (c & 1)) sh.piece(c - 1);
             if (SPLIT_COPIES == 2 || SPLIT_COPIES == 4) sh.piece(c);
             if (SPLIT_COPIES == 3 && c > 0) sh.piece(c - 1);
@@ -798,7 +812,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           if (c == 0) sm_load(st);
           if (c == 2) sm_mask(j, st);
           if (c == 4) sm_exp(st);
-          if (c == 6) sm_store(j, st);
+          if (c == (DG ? 4 : 6)) sm_store(j, st);   // (the diagnostic copy: held to 6, 12 B spilled)
         });
       } else {
         if (do_sm) softmax(j);
