@@ -79,6 +79,22 @@ STAGES = ("validate", "graph", "stream", "mma", "full", "parts", "probe", "fixed
           "sglang-backend", "dcp-sim", "extend", "extend-bench", "sglang-extend", "once")
 
 
+# stages whose files hold SGLang's kernels beside ours (the reports compare the two)
+BASELINE_STAGES = ("validate", "integration", "extend", "bench", "extend-bench")
+
+
+def baseline_missing(stages: set[str], error: Exception, allowed: bool) -> str | None:
+    """The error to stop on when SGLang's kernels failed to load (`error`) and a stage that
+    records them beside ours is asked for, unless --no-baseline (`allowed`); None to go on."""
+    need = [s for s in BASELINE_STAGES if s in stages]
+    if allowed or not need:
+        return None
+    return (f"error: stage(s) {', '.join(need)} compare against SGLang's kernels, which did not load: {error}. "
+            "Install them (`pip install --no-deps sglang==0.5.23`, or on a machine without network "
+            "`make sglang-bundle` where pip works and PYTHONPATH=$PWD:$PWD/.sglang-site), or pass --no-baseline "
+            "to measure without them (the files then lack the rows the reports compare against).")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="reports/data", help="folder for the JSON results")
@@ -95,6 +111,9 @@ def main(argv=None) -> int:
                     help="a short benchmark (centre and 16k, T <= 64; bf16 and fp8 rows)")
     ap.add_argument("--tol", type=float, default=1e-2,
                     help="relative tolerance against the float64 oracle (bf16 and fp8 pools)")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="run stages that compare against SGLang's kernels without them (their files then "
+                         "lack the baseline rows the reports compare against)")
     a = ap.parse_args(argv)
     if a.cases < 1 or a.fp8_cases < 0:
         print(f"error: --cases must be >= 1 and --fp8-cases >= 0, got {a.cases} and {a.fp8_cases}", file=sys.stderr)
@@ -121,7 +140,11 @@ def main(argv=None) -> int:
         from .sglang.baseline import load as load_sglang
         sgl = load_sglang()
     except Exception as e:
-        log(f"SGLang kernels unavailable ({e!r}): baseline rows skipped")
+        err = baseline_missing(stages, e, a.no_baseline)
+        if err:
+            print(err, file=sys.stderr)
+            return 2
+        log(f"SGLang kernels unavailable ({e!r}): baseline rows skipped (--no-baseline)")
         sgl = None
     summary = []
     if "validate" in stages:

@@ -143,7 +143,12 @@ template <int HALVES, int DIAG, bool FP8>
 __device__ __forceinline__ void rowsd_body(const Params& p) {
   using Lo = Layout<HALVES, FP8>;
   constexpr int BM = Lo::BM, THREADS = Lo::THREADS, TPT = Lo::TPT, AHEAD = Lo::AHEAD;
-  constexpr int H0_LAG = Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;   // (this pool's)
+  // (this pool's). The per-part diagnostic copy runs half 0 the classic way: with H0_LAG its
+  // leave-one-out parts timed a different loop (half 0's 944 sm_90 instructions against
+  // production's 782, the skeleton 642 clocks a tile against 459), and the sm_120 model, which
+  // reads the MMA clocks from them, halved them (micro-h200-20261203T1935.json, kernel/NOTES.md).
+  // Production's math alone is within 1 % of the classic loop's (overlap T1920: 98.2 / 98.5 us)
+  constexpr int H0_LAG = DIAG ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
@@ -793,15 +798,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // SPLIT: half 0's pieces of tile j + AH's copies at PV's column steps (1: piece c - 1 at
       // odd c; 2: piece c; piece 8 at c = 7)
       const CopyShare sh = SPLIT_COPIES == 4 ? sh_early : copy_share(cp ? j + AH : 0);
-      // (the per-part diagnostic copy issues them before PV: between its column steps 44 B
-      // spilled there on sm_90; its parts run without loads)
-      if (DG && cp && do_pv)
-        for (int i = 0; i < 10; ++i)
-          if (!h1_piece(i)) sh.piece(i);
       if (do_pv) {
         SmState st;
         pv(j - 1, draft_tag, [&](int c) {
-          if (cp && !DG) {
+          if (cp) {
             if (SPLIT_COPIES == 1 && (c & 1)) sh.piece(c - 1);
             if (SPLIT_COPIES == 2 || SPLIT_COPIES == 4) sh.piece(c);
             if (SPLIT_COPIES == 3 && c > 0) sh.piece(c - 1);
@@ -812,7 +812,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           if (c == 0) sm_load(st);
           if (c == 2) sm_mask(j, st);
           if (c == 4) sm_exp(st);
-          if (c == (DG ? 4 : 6)) sm_store(j, st);   // (the diagnostic copy: held to 6, 12 B spilled)
+          if (c == 6) sm_store(j, st);
         });
       } else {
         if (do_sm) softmax(j);
