@@ -143,11 +143,12 @@ template <int HALVES, int DIAG, bool FP8>
 __device__ __forceinline__ void rowsd_body(const Params& p) {
   using Lo = Layout<HALVES, FP8>;
   constexpr int BM = Lo::BM, THREADS = Lo::THREADS, TPT = Lo::TPT, AHEAD = Lo::AHEAD;
-  // (this pool's). The per-part diagnostic copy runs half 0 the classic way: with H0_LAG its
-  // leave-one-out parts timed a different loop (half 0's 944 sm_90 instructions against
+  // this pool's half-0 schedule. The per-part diagnostic copy runs half 0 the classic way: with
+  // H0_LAG its leave-one-out parts timed a different loop (half 0's 944 sm_90 instructions against
   // production's 782, the skeleton 642 clocks a tile against 459), and the sm_120 model, which
-  // reads the MMA clocks from them, halved them (micro-h200-20261203T1935.json, kernel/NOTES.md).
-  // Production's math alone is within 1 % of the classic loop's (overlap T1920: 98.2 / 98.5 us)
+  // reads the MMA clocks from them, halved them (rungs/micro-h200-20261203T1935-h0lag-diag-parts.json,
+  // kernel/NOTES.md). Production's math alone is within 1 % of the classic loop's (overlap T1920:
+  // 98.2 against 98.5 us)
   constexpr int H0_LAG = DIAG ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
   extern __shared__ __align__(128) uint8_t smem[];
   {
@@ -316,8 +317,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   }
   // prologue: tiles 0 .. AHEAD - 1 before anything else; the index window for the next IDX_AHEAD.
   // Every tile's slot ids are loaded before any copy: a tile's copies wait on its id load, and with
-  // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue took
-  // 7.8 us against bf16's 3.4: trace-h200-20261203T1724.json)
+  // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue 7.84 ->
+  // 6.75 us, fp8 T = 1's 6.72 -> 4.99: trace-h200-20261203T1724.json against ...T1935.json)
   long long slot0[AH];
 #pragma unroll
   for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
@@ -586,7 +587,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
 
   // PV(j): O[this half's 32 rows, my 128 columns] = alpha * O + P V
-  // hook(c) runs at the top of column step c = 0..7 (H0_LAG: softmax(j + 1)'s stages)
+  // hook(c) runs at the top of column step c = 0..7 (H0_LAG: softmax(j + 1)'s stages and the
+  // copies of tile j + 1 + AHEAD)
   auto pv = [&](int j, auto draft_tag, auto hook) {
     constexpr bool DRAFT = decltype(draft_tag)::value;
     const int pb = buf(j);
@@ -796,7 +798,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // since top(j)'s barrier, and softmax(j) writes the other one (j >= 1: step0_first
       // runs tile 0)
       // SPLIT: half 0's pieces of tile j + AH's copies at PV's column steps (1: piece c - 1 at
-      // odd c; 2: piece c; piece 8 at c = 7)
+      // odd c; 2 and 4: piece c; 3: piece c - 1 from c = 1, and 7 too at c = 7; piece 8 at c = 7)
       const CopyShare sh = SPLIT_COPIES == 4 ? sh_early : copy_share(cp ? j + AH : 0);
       if (do_pv) {
         SmState st;
