@@ -60,7 +60,8 @@ NOISE_TIERS = (6, 8)
 # rows64d's softmax between its own MMAs (tier_rowsd.cuh): half 0 running PV(j - 1) in step j with
 # softmax(j) between its column steps (H0_LAG), half 1 issuing softmax(j - 1)'s exp and stores
 # between QK(j)'s k-steps (H1_MIX), and both (rungs/overlap*-h200-20261203T1909-softmax-mma.json:
-# H0_LAG's math alone -5 %, its full call not faster; H1_MIX +14 %); with H0_LAG, half 0 issuing
+# H0_LAG's math alone -5 %, its full call not faster; H1_MIX +14 to +29 %, its code deleted since);
+# with H0_LAG, half 0 issuing
 # half of each tile's copies or all of them in its PV (SPLIT_COPIES 1, 2; rungs/overlap*-h200-
 # 20261203T1916-copies.json: 2 -3.8 % at the bf16 centre, even on fp8), a column step later (3) or
 # with their address formed before QK (4) (rungs/overlap*-h200-20261203T1920-copies-where.json: 3
@@ -74,8 +75,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "copy_in_qk": (("MLAV_COPY_AT=2",), (8,)),
     "copy32_in_qk": (("MLAV_COPY32_AT=2",), (6,)),
     "h0_lag": (("MLAV_H0_LAG=1",), (8,)),
-    "h1_mix": (("MLAV_H1_MIX=1",), (8,)),
-    "h0_lag_h1_mix": (("MLAV_H0_LAG=1", "MLAV_H1_MIX=1"), (8,)),
     "h0_lag_split": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=1"), (8,)),
     "h0_lag_copies": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=2"), (8,)),
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),

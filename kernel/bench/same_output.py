@@ -1,6 +1,6 @@
 """Does a diagnostic build write the production library's output, bit for bit? A rung that moves
-work in time but not its arithmetic (tier_rowsd.cuh's H0_LAG and H1_MIX: the same MMAs on the same
-P and alpha, issued later) must; overlap.py asks it of every variant, on the loaders' edge cases
+work in time but not its arithmetic (tier_rowsd.cuh's H0_LAG and SPLIT_COPIES: the same MMAs on
+the same P and alpha, issued later) must; overlap.py asks it of every variant, on the loaders' edge cases
 (sanitize_tiers.cases) and at each shape it times, before it times the variant, so that no
 time of a build that computes something else is recorded. Production itself is the validated one.
 """

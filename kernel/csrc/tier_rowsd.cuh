@@ -75,15 +75,6 @@ constexpr int H0_LAG_BF16 = MLAV_H0_LAG, H0_LAG_FP8 = MLAV_H0_LAG;
 #else
 constexpr int H0_LAG_BF16 = 1, H0_LAG_FP8 = 0;
 #endif
-// rows64d's half 1: 0 runs softmax(j - 1), a half barrier, PV(j - 1), then QK(j); 1 issues
-// softmax(j - 1)'s stages between QK(j)'s k-steps, passes the half barrier before QK(j)'s partials
-// are stored (every read of xs(j - 1) is done then, and P(j - 1) visible), then PV(j - 1)
-// (-DMLAV_H1_MIX; diagnostic builds)
-#ifdef MLAV_H1_MIX
-constexpr int H1_MIX = MLAV_H1_MIX;
-#else
-constexpr int H1_MIX = 0;
-#endif
 // with H0_LAG: 0 leaves a tile's copies to half 1 (COPY_AT); 1 splits them, half 1 the odd
 // pieces of each thread's share, half 0 the even ones between PV(j - 1)'s column steps; 2 gives
 // half 0 every piece, one a column step; 3 as 2 a column step later (piece c - 1 at step c, the
@@ -309,7 +300,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool SPLIT = HALVES == 2 && H0_LAG && SPLIT_COPIES && LATE_COPIES;
   // does half 1 issue piece i of its share (SPLIT: the odd ones, or none)
   auto h1_piece = [](int i) { return !SPLIT || (SPLIT_COPIES == 1 && (i & 1)); };
-  static_assert(!(SPLIT && H1_MIX), "SPLIT_COPIES is built for half 1's step without H1_MIX");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
@@ -406,8 +396,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // partial S of tile `tile` over this warp's 32 rows and 144 dims -> xs, stored per row
   // group (2 m + hr) in the order the softmax reads it
   // (draft_tag, std::bool_constant: the draft tiles' copy of the loop, fp8 only; see the loop)
-  // hook(kk) runs at the top of k-step kk (the prefix tiles' QK; qk_copying issues a copy there),
-  // and hook(QK_STEPS) before the partials are stored
+  // hook(kk) runs at the top of k-step kk (the prefix tiles' QK; qk_copying issues a copy there)
   auto qk = [&](int tile, auto draft_tag, auto hook) {
     constexpr bool DRAFT = decltype(draft_tag)::value;
     float s[2][2][4];
@@ -442,7 +431,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         const int pos0 = tile_pos(tile) + g;
 #pragma unroll 1
         for (int kk = 0; kk < QK_STEPS; ++kk) {
-          if constexpr (H1_MIX) hook(kk);   // (otherwise the call moved ptxas's sm_90 code of half 0)
           int kx;
           asm volatile("mov.b32 %0, %1;" : "=r"(kx) : "r"(kk));
           const int c = 16 * (9 * d + kx) + 4 * qd;
@@ -486,7 +474,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         mma16816(s[1][1], qa[kk][1], cb[2], cb[3]);
       }
     }
-    hook(QK_STEPS);                                       // (H1_MIX: the half barrier before the stores)
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -765,21 +752,15 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto no_hook = [](int) {};
   // QK(j) with tile j + AH's copies, one piece a k-step (fp8: in the prefix loop alone, whose QK
   // calls the hook; its draft tiles do not go through the ring)
-  auto qk_copying = [&](int j, auto draft_tag, auto hook) {
+  auto qk_copying = [&](int j, auto draft_tag) {
     if (loads && !decltype(draft_tag)::value) {
       const CopyShare sh = copy_share(j + AH);
-      if (do_qk) {
-        qk(j, draft_tag, [&](int kk) { if (h1_piece(kk)) sh.piece(kk); hook(kk); });
-      } else {
+      if (do_qk) qk(j, draft_tag, [&](int kk) { if (h1_piece(kk)) sh.piece(kk); });
+      else
         for (int kk = 0; kk < QK_STEPS; ++kk)
           if (h1_piece(kk)) sh.piece(kk);
-        if constexpr (H1_MIX)
-          for (int kk = 0; kk <= QK_STEPS; ++kk) hook(kk);
-      }
     } else if (do_qk) {
-      qk(j, draft_tag, hook);
-    } else if constexpr (H1_MIX) {
-      for (int kk = 0; kk <= QK_STEPS; ++kk) hook(kk);
+      qk(j, draft_tag, no_hook);
     }
   };
   // one tile step of each half (half 0, or the one half of rows32d; half 1 runs a tile behind in
@@ -790,7 +771,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const bool cp = SPLIT && loads && !decltype(draft_tag)::value;
     CopyShare sh_early{};
     if constexpr (SPLIT && SPLIT_COPIES == 4) sh_early = copy_share(cp ? j + AH : 0);
-    if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag, no_hook);
+    if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag);
     else if (do_qk) qk(j, draft_tag, no_hook);
     half_bar();
     if constexpr (HALVES == 2 && H0_LAG) {
@@ -831,57 +812,27 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   auto step1 = [&](int j, auto draft_tag) {
     top(j);
-    if constexpr (H1_MIX) {
-      // softmax(j - 1)'s exp and stores between QK(j)'s k-steps, the half barrier before its
-      // partials are stored, then PV(j - 1). The partials' sum runs before QK(j): its 16 loaded
-      // values held through QK spilled
-      if constexpr (COPY_AT == 1) {
-        if (loads) copy_tile(j + AH);
-      }
-      SmState st;
-      if (j > 0 && do_sm) {
-        sm_load(st);
-        sm_mask(j - 1, st);
-      }
-      auto mix = [&](int kk) {
-        if (j == 0) return;
-        if (do_sm) {
-          if (kk == 1) sm_exp(st);
-          if (kk == 4) sm_store(j - 1, st);
-        }
-        if (kk == QK_STEPS) half_bar();
-      };
-      if constexpr (COPY_AT == 2) {
-        qk_copying(j, draft_tag, mix);
-      } else {
-        if (do_qk) qk(j, draft_tag, mix);
-        else
-          for (int kk = 0; kk <= QK_STEPS; ++kk) mix(kk);
-      }
-      if (j > 0 && do_pv) pv(j - 1, draft_tag, no_hook);
-    } else {
-      if (j > 0) {                                        // the CTA barrier ordered xs(j-1)
-        if (do_sm) softmax(j - 1);
-        half_bar();
-        if (do_pv) pv(j - 1, draft_tag, no_hook);
-      }
-      // the copies of tile j + AH: its stage held tile j + AH - KST <= j - 2, which both halves
-      // finished reading before top(j)'s barrier
-      if constexpr (COPY_AT == 1 && HALVES == 2 && SPLIT) {
-        if (loads && (FP8 ? j + AH < n_main() : j + AH < n_tiles)) {
-          const CopyShare sh = copy_share(j + AH);
+    if (j > 0) {                                          // the CTA barrier ordered xs(j-1)
+      if (do_sm) softmax(j - 1);
+      half_bar();
+      if (do_pv) pv(j - 1, draft_tag, no_hook);
+    }
+    // the copies of tile j + AH: its stage held tile j + AH - KST <= j - 2, which both halves
+    // finished reading before top(j)'s barrier
+    if constexpr (COPY_AT == 1 && HALVES == 2 && SPLIT) {
+      if (loads && (FP8 ? j + AH < n_main() : j + AH < n_tiles)) {
+        const CopyShare sh = copy_share(j + AH);
 #pragma unroll
-          for (int i = 0; i < 10; ++i)
-            if (h1_piece(i)) sh.piece(i);
-        }
-      } else if constexpr (COPY_AT == 1 && HALVES == 2) {
-        if (loads) copy_tile(j + AH);
+        for (int i = 0; i < 10; ++i)
+          if (h1_piece(i)) sh.piece(i);
       }
-      if constexpr (COPY_AT == 2 && HALVES == 2) {
-        qk_copying(j, draft_tag, no_hook);
-      } else {
-        if (do_qk) qk(j, draft_tag, no_hook);
-      }
+    } else if constexpr (COPY_AT == 1 && HALVES == 2) {
+      if (loads) copy_tile(j + AH);
+    }
+    if constexpr (COPY_AT == 2 && HALVES == 2) {
+      qk_copying(j, draft_tag);
+    } else {
+      if (do_qk) qk(j, draft_tag, no_hook);
     }
     if (COPY_AT) cp_async_commit();
   };
