@@ -4,7 +4,9 @@ half 1's copies (COPY_AT 0, 1, 2) and of rows32d's (COPY32_AT 0, 2), one or two 
 pools. It asserts what a wrong
 constant would break silently on the GPU: a tile read before its group completed, a copy
 reading slot ids whose group had not, a stage refilled while a half may still read it, an id
-overwritten in the window before its copy read it."""
+overwritten in the window before its copy read it. On bf16 half 0 issues the copies (SPLIT_COPIES) in
+its step j, after top(j)'s commit, as half 1 did: the same late group; and with H0_LAG it reads tile
+j - 1 in step j, as half 1 always has, so the refill rule below holds for both halves."""
 import re
 import sys
 from pathlib import Path
