@@ -133,10 +133,7 @@ def main(argv=None) -> int:
     info = env_info(a.commit)
 
     log(f"{info['gpu']} ({info['sms']} SMs), driver {info['driver']}, torch {info['torch']}, commit {a.commit}")
-    lib_dir = build.build()
-    res = build.resources(lib_dir)
-    log("built " + ", ".join(f"{r['kernel']}@{r['arch']}:{r.get('registers')}r/{r.get('spill_stores')}sp" for r in res))
-    try:
+    try:   # before the build, so that a missing baseline stops the run at once
         from .sglang.baseline import load as load_sglang
         sgl = load_sglang()
     except Exception as e:
@@ -144,8 +141,11 @@ def main(argv=None) -> int:
         if err:
             print(err, file=sys.stderr)
             return 2
-        log(f"SGLang kernels unavailable ({e!r}): baseline rows skipped (--no-baseline)")
+        log(f"SGLang kernels unavailable ({e!r}): baseline rows skipped")
         sgl = None
+    lib_dir = build.build()
+    res = build.resources(lib_dir)
+    log("built " + ", ".join(f"{r['kernel']}@{r['arch']}:{r.get('registers')}r/{r.get('spill_stores')}sp" for r in res))
     summary = []
     if "validate" in stages:
         v = validate(a.cases, a.tol, sgl)

@@ -61,13 +61,12 @@ NOISE_TIERS = (6, 8)
 # softmax(j) between its column steps (H0_LAG), half 1 issuing softmax(j - 1)'s exp and stores
 # between QK(j)'s k-steps (H1_MIX), and both (rungs/overlap*-h200-20261203T1909-softmax-mma.json:
 # H0_LAG's math alone -5 %, its full call not faster; H1_MIX +14 to +29 %, its code deleted since);
-# with H0_LAG, half 0 issuing
-# half of each tile's copies or all of them in its PV (SPLIT_COPIES 1, 2; rungs/overlap*-h200-
-# 20261203T1916-copies.json: 2 -3.8 % at the bf16 centre, even on fp8), a column step later (3) or
-# with their address formed before QK (4) (rungs/overlap*-h200-20261203T1920-copies-where.json: 3
-# -3.5 / -4.1 % at the bf16 centre and T = 32, production on bf16 since; none faster on fp8);
-# h0_classic is bf16's production before it (on fp8 it is production). Each must write
-# production's output bit for bit
+# with H0_LAG, half 0 issuing half of each tile's copies or all of them in its PV (SPLIT_COPIES 1,
+# 2; rungs/overlap*-h200-20261203T1916-copies.json: 2 -3.8 % at the bf16 centre, even on fp8), a
+# column step later (3) or with their address formed before QK (4) (rungs/overlap*-h200-
+# 20261203T1920-copies-where.json: 3 -3.5 / -4.1 % at the bf16 centre and T = 32, production on
+# bf16 since; none faster on fp8); h0_classic is bf16's production before it (on fp8 it is
+# production). Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "copy_after_barrier": (("MLAV_COPY_AT=0",), (8,)),
