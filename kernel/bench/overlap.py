@@ -22,6 +22,7 @@ cost is inside the SM (the copies' issue and shared-memory writes against QK's l
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 
@@ -111,22 +112,24 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None) 
             libs[name] = build.load((arch,), defines=defs)
     # a variant that does not write production's output, bit for bit, on the loaders' edge cases
     # and at every timed shape is not timed (same_output.py)
-    same, differs = [], set()
-    for b in [b for b in libs if b != "production"]:
-        vt = [t for t in VARIANTS[b][1] if t in timed]
-        checks_b = [dict(build=b, **compare(libs[b], libs["production"], c, t, ws, n))
-                    for t in vt for n, c in edge_cases("fp8" if kv == FP8_KV else "bf16", "cuda")]
+    vtiers = {b: (libs[b], [t for t in VARIANTS[b][1] if t in timed]) for b in libs if b != "production"}
+
+    def shape_cases():   # one 185k case at a time: each pool holds 213 MB of KV
         for T, _ in SHAPES[kv]:
-            case, _, _ = shape_case(S, T, H, kv)
-            checks_b += [dict(build=b, **compare(libs[b], libs["production"], case, t, ws, f"S={S} T={T} H={H}"))
-                         for t in vt]
-            del case
-        bad = [c for c in checks_b if not c["equal"]]
-        log(f"overlap: {b}: {len(checks_b) - len(bad)} of {len(checks_b)} calls equal to production's output"
+            yield f"S={S} T={T} H={H}", shape_case(S, T, H, kv)[0]
+
+    same = []
+    if vtiers:
+        cases = itertools.chain(edge_cases("fp8" if kv == FP8_KV else "bf16", "cuda"), shape_cases())
+        same = compare(libs["production"], vtiers, cases, ws)
+    differs = set()
+    for b in vtiers:
+        mine = [c for c in same if c["build"] == b]
+        bad = [c for c in mine if not c["equal"]]
+        log(f"overlap: {b}: {len(mine) - len(bad)} of {len(mine)} calls equal to production's output"
             + (f"; NOT TIMED, differs at {[(c['case'], c['tier']) for c in bad][:4]}" if bad else ""))
         if bad:
             differs.add(b)
-        same += checks_b
     for b in differs:
         del libs[b]
     rows = []

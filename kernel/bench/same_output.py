@@ -29,8 +29,18 @@ def outputs(lib, case, tier: int, ws) -> tuple[torch.Tensor, torch.Tensor]:
     return o, lse
 
 
-def compare(lib, prod, case, tier: int, ws, name: str) -> dict:
-    """One case at `tier` through `lib` and `prod`: equal, and the unwritten (NaN) outputs of each."""
-    (o, lse), (po, plse) = outputs(lib, case, tier, ws), outputs(prod, case, tier, ws)
-    return {"case": name, "tier": tier, "equal": bits_equal(o, po) and bits_equal(lse, plse),
-            "nan": int(torch.isnan(o).sum()), "nan_production": int(torch.isnan(po).sum())}
+def compare(prod, variants: dict, cases, ws) -> list[dict]:
+    """Each (name, case) of `cases` through production `prod` once per tier and through every
+    variant at that tier: variants = {build: (lib, tiers)}. One row per variant call: build, case,
+    tier, equal, and the unwritten (NaN) outputs of each side."""
+    rows = []
+    for name, case in cases:
+        for t in sorted({t for _, ts in variants.values() for t in ts}):
+            po, plse = outputs(prod, case, t, ws)
+            for b, (lib, ts) in variants.items():
+                if t in ts:
+                    o, lse = outputs(lib, case, t, ws)
+                    rows.append({"build": b, "case": name, "tier": t,
+                                 "equal": bits_equal(o, po) and bits_equal(lse, plse),
+                                 "nan": int(torch.isnan(o).sum()), "nan_production": int(torch.isnan(po).sum())})
+    return rows
