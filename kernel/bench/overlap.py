@@ -67,9 +67,11 @@ NOISE_TIERS = (6, 8)
 # column step later (3) or with their address formed before QK (4) (rungs/overlap*-h200-
 # 20261203T1920-copies-where.json: 3 -3.5 / -4.1 % at the bf16 centre and T = 32, production on
 # bf16 since; none faster on fp8); h0_classic is bf16's production before it (on fp8 it is
-# production). e4m3_bits: the fp8 copies' e4m3 -> f16 by the bit move (PRMT, shift, two LOP3 a pair)
-# instead of F2FP, with the 2^-8 it reads folded into the scales as on sm_80/86 (rows64d_fp8 and
-# small8). Each must write production's output bit for bit
+# production). Measured and deleted (rungs/overlap-fp8-h200-20261203T2239-e4m3-bits.json, commit
+# 62e2258's -DMLAV_E4M3_BITS): the fp8 copies' e4m3 -> f16 by sm_80/86's bit move (PRMT, shift, two
+# LOP3 a pair) instead of F2FP on sm_90: bit-equal output, rows64d_fp8 24-28 % slower (full call and math
+# alone), small8 19-21 % (full) and 27-29 % (math alone).
+# Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "copy_after_barrier": (("MLAV_COPY_AT=0",), (8,)),
@@ -82,7 +84,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_lag_copies_early": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=4"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
-    "e4m3_bits": (("MLAV_E4M3_BITS=1",), (8, 4)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

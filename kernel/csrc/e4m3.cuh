@@ -9,48 +9,34 @@
 
 namespace mlav {
 
-// e4m3 -> f16 is exact. sm_89 and newer convert two values in one instruction (F2FP);
+// e4m3 -> f16 is exact. sm_89 and newer convert two values in one instruction;
 // sm_80/86 move the bits, which reads each value times 2^-8 (KV16_SHIFT), folded into the scales.
-// -DMLAV_E4M3_BITS=1 moves the bits on every target (a diagnostic build, kernel/bench/overlap.py's
-// e4m3_bits: whether the converts' pipe, not their count, is what fp8's math pays for)
-#if defined(MLAV_E4M3_BITS) && MLAV_E4M3_BITS
-#define MLAV_E4M3_CVT 0
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#define MLAV_E4M3_CVT 1
-#else
-#define MLAV_E4M3_CVT 0
-#endif
-#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890) || (defined(MLAV_E4M3_BITS) && MLAV_E4M3_BITS)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
 constexpr int KV16_SHIFT = 8;
 #else
 constexpr int KV16_SHIFT = 0;
 #endif
-// the bit move of bytes SEL picks (a __byte_perm selector placing them in bytes 1 and 3, zeros in
-// 0 and 2): f16x2 times 2^-8, one PRMT and the masks where x's bytes are not in place
-template <uint32_t SEL>
-__device__ __forceinline__ uint32_t e4m3_bits_f16x2(uint32_t x) {
-  const uint32_t a = __byte_perm(x, 0u, SEL);
-  return (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
-}
 // the e4m3 values in bits 7..0 and 15..8 of x as f16x2 {lo, hi}, times 2^-KV16_SHIFT
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
-#if MLAV_E4M3_CVT
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint32_t d;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"((unsigned short)(x & 0xffffu)));
   return d;
 #else
-  return e4m3_bits_f16x2<0x1404>(x);   // bytes 0, 1 -> bits 15..8, 31..24
+  const uint32_t a = __byte_perm(x, 0u, 0x1404);   // bytes 0, 1 -> bits 15..8, 31..24
+  return (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
 #endif
 }
 // the e4m3 values in bits 23..16 and 31..24 of x, as above. The convert reads the high half in place
 // (F2FP's .H1 operand); a shift by 16 first is one more instruction a pair on sm_90
 __device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t x) {
-#if MLAV_E4M3_CVT
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint32_t d;
   asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;}\n" : "=r"(d) : "r"(x));
   return d;
 #else
-  return e4m3_bits_f16x2<0x3424>(x);   // bytes 2, 3 -> bits 15..8, 31..24
+  const uint32_t a = __byte_perm(x, 0u, 0x3424);   // bytes 2, 3 -> bits 15..8, 31..24
+  return (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
 #endif
 }
 __device__ __forceinline__ uint32_t f16x2_of(float lo, float hi) {

@@ -612,14 +612,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           hook(c);
           if (c + 1 < 8) ldsm_x2_t(vb + 16 * (c + 1), b[(c + 1) & 1][0], b[(c + 1) & 1][1]);
           const uint32_t* cb = b[c & 1];
-#if !(defined(MLAV_E4M3_BITS) && MLAV_E4M3_BITS)
           const uint32_t x = __byte_perm(cb[0], 0u, 0x3120), y = __byte_perm(cb[1], 0u, 0x3120);
           const uint32_t e0 = e4m3x2_to_f16x2(x), e1 = e4m3x2_to_f16x2(y);
           const uint32_t o0 = e4m3x2_hi_to_f16x2(x), o1 = e4m3x2_hi_to_f16x2(y);
-#else   // the bit move picks the even and the odd bytes itself (diagnostic; sm_80/86 keep the PRMT above)
-          const uint32_t e0 = e4m3_bits_f16x2<0x2404>(cb[0]), e1 = e4m3_bits_f16x2<0x2404>(cb[1]);
-          const uint32_t o0 = e4m3_bits_f16x2<0x3414>(cb[0]), o1 = e4m3_bits_f16x2<0x3414>(cb[1]);
-#endif
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
             mma16816<true>(acc[m][2 * c], pa[m], e0, e1);
