@@ -18,6 +18,7 @@ cost is inside the SM (the copies' issue and shared-memory writes against QK's l
     python -m kernel.bench.overlap --kv fp8_e4m3 --out DIR   # the same on SGLang's fp8 pool (its tiers)
     python -m kernel.bench.overlap --tiers 8 --dram-only --variants copy_in_qk --out DIR   # one rung's builds
     python -m kernel.bench.overlap --once 9           # two centre calls of tier 9 (full, no loads), for ncu
+    python -m kernel.bench.overlap --once 8 --once-t 32   # the same at T = 32
 """
 from __future__ import annotations
 
@@ -66,8 +67,8 @@ NOISE_TIERS = (6, 8)
 # 2; rungs/overlap*-h200-20261203T1916-copies.json: 2 -3.8 % at the bf16 centre, even on fp8), a
 # column step later (3) or with their address formed before QK (4) (rungs/overlap*-h200-
 # 20261203T1920-copies-where.json: 3 -3.5 / -4.1 % at the bf16 centre and T = 32, production on
-# bf16 since; none faster on fp8); h0_classic is bf16's production before it (on fp8 it is
-# production). Measured and deleted (rungs/overlap-fp8-h200-20261203T2239-e4m3-bits.json, commit
+# bf16 since; none faster on fp8; 1 and 4 deleted since); h0_classic is bf16's production before it
+# (on fp8 it is production). Measured and deleted (rungs/overlap-fp8-h200-20261203T2239-e4m3-bits.json, commit
 # 62e2258's -DMLAV_E4M3_BITS): the fp8 copies' e4m3 -> f16 by sm_80/86's bit move (PRMT, shift, two
 # LOP3 a pair) instead of F2FP on sm_90: bit-equal output, rows64d_fp8 24-28 % slower (full call and math
 # alone), small8 19-21 % (full) and 27-29 % (math alone).
@@ -79,10 +80,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "copy_in_qk": (("MLAV_COPY_AT=2",), (8,)),
     "copy32_in_qk": (("MLAV_COPY32_AT=2",), (6,)),
     "h0_lag": (("MLAV_H0_LAG=1",), (8,)),
-    "h0_lag_split": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=1"), (8,)),
     "h0_lag_copies": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=2"), (8,)),
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
-    "h0_lag_copies_early": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=4"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
@@ -180,9 +179,9 @@ def table(doc: dict) -> list[str]:
     return out
 
 
-def once(tier: int) -> None:
+def once(tier: int, T: int = 8) -> None:
     ws = get_workspace("cuda")
-    case, o, lse = shape_case(S, 8, H)
+    case, o, lse = shape_case(S, T, H)
     for mode in (MODES["full"], MODES["no_loads"]):
         launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier, **case.kwargs())
     torch.cuda.synchronize()
@@ -194,6 +193,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kv", choices=sorted(SHAPES), default="auto",
                     help="the pool: auto (bf16, default) or fp8_e4m3 (SGLang's fp8 pool, at its tiers)")
     ap.add_argument("--once", type=int, metavar="TIER", help="two centre calls of TIER (full, no loads), for a profiler")
+    ap.add_argument("--once-t", type=int, default=8, metavar="T", help="--once's draft tokens (default 8: the centre)")
     ap.add_argument("--tiers", default="", help="comma-separated tiers to time (default: every tier of SHAPES)")
     ap.add_argument("--dram-only", action="store_true", help="leave out the L2-resident placement")
     ap.add_argument("--variants", default=None,
@@ -218,6 +218,9 @@ def main(argv=None) -> int:
         print(f"error: --variants: {[v for v in variants if v not in VARIANTS]} not among {sorted(VARIANTS)}",
               file=sys.stderr)
         return 2
+    if a.once_t < 1:
+        print(f"error: --once-t: {a.once_t} draft tokens (at least 1)", file=sys.stderr)
+        return 2
     if a.once is None and not a.out:
         print("error: --out: a folder is needed (or --once TIER)", file=sys.stderr)
         return 2
@@ -225,7 +228,7 @@ def main(argv=None) -> int:
         print("error: no CUDA device: kernel.bench.overlap measures on a GPU", file=sys.stderr)
         return 2
     if a.once is not None:
-        once(a.once)
+        once(a.once, a.once_t)
         return 0
     info = env_info(a.commit or git_commit())
     doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2"), variants))

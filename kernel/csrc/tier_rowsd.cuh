@@ -75,12 +75,12 @@ constexpr int H0_LAG_BF16 = MLAV_H0_LAG, H0_LAG_FP8 = MLAV_H0_LAG;
 #else
 constexpr int H0_LAG_BF16 = 1, H0_LAG_FP8 = 0;
 #endif
-// with H0_LAG: 0 leaves a tile's copies to half 1 (COPY_AT); 1 splits them, half 1 the odd
-// pieces of each thread's share, half 0 the even ones between PV(j - 1)'s column steps; 2 gives
-// half 0 every piece, one a column step; 3 as 2 a column step later (piece c - 1 at step c, the
-// last three at step 7), production on bf16: the copies lengthened half 1, the longer path with
-// loads, and half 0 has the room since H0_LAG; 4 as 2 with the share's address formed right after
-// top(j), before QK(j). -DMLAV_SPLIT_COPIES sets both pools (diagnostic builds)
+// with H0_LAG: 0 leaves a tile's copies to half 1 (COPY_AT); 2 gives half 0 every piece of each
+// thread's share, one between PV(j - 1)'s column steps; 3 as 2 a column step later (piece c - 1
+// at step c, the last three at step 7), production on bf16: the copies lengthened half 1, the
+// longer path with loads, and half 0 has the room since H0_LAG. (Measured and deleted: 1, half 0
+// the even pieces and half 1 the odd ones, +3-5 %; 4, as 2 with the address formed before QK(j),
+// +0-4 %; kernel/NOTES.md.) -DMLAV_SPLIT_COPIES sets both pools (diagnostic builds)
 #ifdef MLAV_SPLIT_COPIES
 constexpr int SPLIT_COPIES_BF16 = MLAV_SPLIT_COPIES, SPLIT_COPIES_FP8 = MLAV_SPLIT_COPIES;
 #else
@@ -296,10 +296,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   static_assert(COPY32_AT == 0 || COPY_AT != 0, "rows32d's copies in QK need the two groups a step");
   // copies outside top: half 1 of rows64d (COPY_AT 1, 2), rows32d with COPY32_AT = 2
   constexpr bool LATE_COPIES = HALVES == 2 ? COPY_AT != 0 : COPY32_AT == 2;
-  // SPLIT_COPIES: half 0 issues part of the late copies (in the step of H0_LAG only)
+  // SPLIT_COPIES: half 0 issues the late copies (in the step of H0_LAG only), half 1 none
   constexpr bool SPLIT = HALVES == 2 && H0_LAG && SPLIT_COPIES && LATE_COPIES;
-  // does half 1 issue piece i of its share (SPLIT: the odd ones, or none)
-  auto h1_piece = [](int i) { return !SPLIT || (SPLIT_COPIES == 1 && (i & 1)); };
+  static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3, "SPLIT_COPIES: 0, 2 or 3");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
@@ -753,12 +752,11 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // QK(j) with tile j + AH's copies, one piece a k-step (fp8: in the prefix loop alone, whose QK
   // calls the hook; its draft tiles do not go through the ring)
   auto qk_copying = [&](int j, auto draft_tag) {
-    if (loads && !decltype(draft_tag)::value) {
+    if (!SPLIT && loads && !decltype(draft_tag)::value) {
       const CopyShare sh = copy_share(j + AH);
-      if (do_qk) qk(j, draft_tag, [&](int kk) { if (h1_piece(kk)) sh.piece(kk); });
+      if (do_qk) qk(j, draft_tag, [&](int kk) { sh.piece(kk); });
       else
-        for (int kk = 0; kk < QK_STEPS; ++kk)
-          if (h1_piece(kk)) sh.piece(kk);
+        for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
     } else if (do_qk) {
       qk(j, draft_tag, no_hook);
     }
@@ -769,8 +767,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto step0 = [&](int j, auto draft_tag) {
     top(j);
     const bool cp = SPLIT && loads && !decltype(draft_tag)::value;
-    CopyShare sh_early{};
-    if constexpr (SPLIT && SPLIT_COPIES == 4) sh_early = copy_share(cp ? j + AH : 0);
     if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag);
     else if (do_qk) qk(j, draft_tag, no_hook);
     half_bar();
@@ -778,15 +774,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // PV(j - 1) with softmax(j)'s stages between its column steps: P(j - 1) is in its buffer
       // since top(j)'s barrier, and softmax(j) writes the other one (j >= 1: step0_first
       // runs tile 0)
-      // SPLIT: half 0's pieces of tile j + AH's copies at PV's column steps (1: piece c - 1 at
-      // odd c; 2 and 4: piece c; 3: piece c - 1 from c = 1, and 7 too at c = 7; piece 8 at c = 7)
-      const CopyShare sh = SPLIT_COPIES == 4 ? sh_early : copy_share(cp ? j + AH : 0);
+      // SPLIT: tile j + AH's copies at PV's column steps (2: piece c; 3: piece c - 1 from c = 1,
+      // and 7 too at c = 7; piece 8 at c = 7)
+      const CopyShare sh = copy_share(cp ? j + AH : 0);
       if (do_pv) {
         SmState st;
         pv(j - 1, draft_tag, [&](int c) {
           if (cp) {
-            if (SPLIT_COPIES == 1 && (c & 1)) sh.piece(c - 1);
-            if (SPLIT_COPIES == 2 || SPLIT_COPIES == 4) sh.piece(c);
+            if (SPLIT_COPIES == 2) sh.piece(c);
             if (SPLIT_COPIES == 3 && c > 0) sh.piece(c - 1);
             if (SPLIT_COPIES == 3 && c == 7) sh.piece(7);
             if (c == 7) sh.piece(8);
@@ -800,8 +795,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       } else {
         if (do_sm) softmax(j);
         if (cp)
-          for (int i = 0; i < 10; ++i)
-            if (!h1_piece(i)) sh.piece(i);
+          for (int i = 0; i < 10; ++i) sh.piece(i);
       }
     } else {
       if (do_sm) softmax(j);
@@ -819,14 +813,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     // the copies of tile j + AH: its stage held tile j + AH - KST <= j - 2, which both halves
     // finished reading before top(j)'s barrier
-    if constexpr (COPY_AT == 1 && HALVES == 2 && SPLIT) {
-      if (loads && (FP8 ? j + AH < n_main() : j + AH < n_tiles)) {
-        const CopyShare sh = copy_share(j + AH);
-#pragma unroll
-        for (int i = 0; i < 10; ++i)
-          if (h1_piece(i)) sh.piece(i);
-      }
-    } else if constexpr (COPY_AT == 1 && HALVES == 2) {
+    if constexpr (COPY_AT == 1 && HALVES == 2 && !SPLIT) {
       if (loads) copy_tile(j + AH);
     }
     if constexpr (COPY_AT == 2 && HALVES == 2) {
@@ -853,10 +840,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (do_qk) qk(0, draft_tag, no_hook);
     half_bar();
     if (do_sm) softmax(0);
-    if (SPLIT && loads && !decltype(draft_tag)::value) {   // the even pieces of tile AH
+    if (SPLIT && loads && !decltype(draft_tag)::value) {   // tile AH's copies
       const CopyShare sh = copy_share(AH);
-      for (int i = 0; i < 10; ++i)
-        if (!h1_piece(i)) sh.piece(i);
+      for (int i = 0; i < 10; ++i) sh.piece(i);
     }
     if (COPY_AT) cp_async_commit();
   };
