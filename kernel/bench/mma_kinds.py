@@ -8,6 +8,7 @@ occupancies. Whether an fp8-MMA rung can pay (kernel/NOTES.md, issue 25's fp8 ta
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
@@ -21,8 +22,8 @@ from .timing import log
 OCCUPANCIES = {"8_warps_per_sm": ((1, 256),), "best": ((2, 256), (4, 256), (8, 128), (4, 512))}
 
 
-def run() -> dict:
-    lib, info = build.load(), env_info(git_commit())
+def run(commit: str | None = None) -> dict:
+    lib, info = build.load(), env_info(commit or git_commit())
     rows = []
     for kind in MMA_KINDS:
         for occ, configs in OCCUPANCIES.items():
@@ -45,11 +46,13 @@ def table(doc: dict) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for mma-kinds-<gpu>-<stamp>.json")
+    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
+                    help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: mma_kinds needs a CUDA device", file=sys.stderr)
         return 2
-    doc = run()
+    doc = run(a.commit)
     print(f"wrote {write_json(a.out, 'mma-kinds', doc)}")
     print("\n".join(table(doc)))
     return 0

@@ -39,7 +39,7 @@ its 100 KB of shared memory):
           merge) / the shorter of the two: 0.40 at the centre in micro-h200-20261201T2000.json
           (149.7 us full without merge against 111.1 math alone and 64.3 stream alone), 0.78 in
           micro-h200-20261203T1701.json (111.1 against 97.1 and 65.1), after the loader's and the
-          copies' rungs. It is evidence, not a factor: on the H200 the stream is the shorter term,
+          copies' rungs, 0.86 in micro-h200-20261203T2300.json (107.3 against 98.4 and 64.0). It is evidence, not a factor: on the H200 the stream is the shorter term,
           on sm_120 the math.
   clock   every row at each of CLOCKS: memory does not move with it, math does.
 """
