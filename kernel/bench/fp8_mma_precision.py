@@ -12,10 +12,13 @@ Schemes (prefix rows; the draft rows stay bf16 in every scheme, as in the kernel
   e4m3x2     q and P as two e4m3 terms, hi = e4m3(x) and lo = e4m3(x - hi), one scale each
              (q: times the power of two that puts a request's largest |value| in (128, 256];
              P: times 1, i.e. P <= 1 under a fresh max)
-  e4m3+e5m2  as e4m3x2 with lo in e5m2 (the MMA takes mixed e4m3 / e5m2 operands): lo keeps
-             2 bits but e5m2's range, so small values keep their low term
-P is emulated under the exact running max (P <= 1): the kernel's stale max lets P reach 2^8,
-which moves every value up, so this is the harder case for the narrow formats.
+  e4m3x2_p16 as e4m3x2 with P times 2^4: a kernel whose stale max trails by at most 2^4 (not
+             today's 2^8) keeps P x 16 <= 256, below e4m3's 448, and P's small values in range
+  e4m3+e5m2  as e4m3x2 with lo in e5m2 (mma.sync takes e4m3 and e5m2 operands in either place;
+             native on sm_120, two f16 HMMAs with converts on sm_90): lo keeps 2 bits but e5m2's
+             range, so small values keep their low term
+P is emulated under the exact running max (P <= 1): a stale max moves every value up, so this is
+the harder case for the narrow formats.
 
     python -m kernel.bench.fp8_mma_precision --out DIR [--cases 60]   # JSON, a table last; CPU
 """
@@ -36,7 +39,8 @@ from ..reference import verify_attention_reference
 from .timing import rel_err
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
-SCHEMES = ("f16", "e4m3", "e4m3x2", "e4m3+e5m2")
+SCHEMES = ("f16", "e4m3", "e4m3x2", "e4m3x2_p16", "e4m3+e5m2")
+P_SCALE = {"e4m3x2_p16": 16.0}   # P's scale into PV (a power of two; 1 where not listed)
 
 
 def rounded(x: torch.Tensor, dtype) -> torch.Tensor:
@@ -59,7 +63,7 @@ def operand(x: torch.Tensor, scheme: str, scale: float) -> torch.Tensor:
         y = rounded(y, torch.float16)
     elif scheme == "e4m3":
         y = rounded(y, E4M3)
-    elif scheme == "e4m3x2":
+    elif scheme in ("e4m3x2", "e4m3x2_p16"):
         y = split2(y)
     else:
         y = split2(y, E5M2)
@@ -97,7 +101,7 @@ def attention(case, scheme: str) -> torch.Tensor:
         m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
         p = torch.exp(logits - m)                                                               # <= 1
         l = p.sum(-1, keepdim=True)
-        pp = operand(p[..., :S], scheme, 1.0)             # the prefix PV's P
+        pp = operand(p[..., :S], scheme, P_SCALE.get(scheme, 1.0))   # the prefix PV's P
         pd = rounded(p[..., S:], torch.bfloat16)          # the draft P: bf16, as in the kernel
         acc = pp @ pv + pd @ draft[:, :512]
         o[q0:q1] = torch.where(l > 0, acc / l.clamp_min(1e-300), torch.zeros_like(acc))
