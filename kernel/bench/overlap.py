@@ -72,9 +72,11 @@ NOISE_TIERS = (6, 8)
 # 62e2258's -DMLAV_E4M3_BITS): the fp8 copies' e4m3 -> f16 by sm_80/86's bit move (PRMT, shift, two
 # LOP3 a pair) instead of F2FP on sm_90: bit-equal output, rows64d_fp8 24-28 % slower (full call and math
 # alone), small8 19-21 % (full) and 27-29 % (math alone).
-# p_words: rowsd's P fragments word-major in shared memory, so the softmax's two 4-byte stores a
-# warp and tile are one wavefront each, not four (4-way conflicted, Nsight Compute's 48 of 51 excess
-# wavefronts a tile; rungs/ncu-final-tier8-*), for 6 more LDS a warp and tile in PV.
+# Measured and deleted (rungs/overlap*-h200-20261203T2339-p-words.json, commit 1775180's
+# -DMLAV_P_WORDS): rowsd's P fragments word-major in shared memory, so the softmax's two 4-byte
+# stores a warp and tile take one wavefront each, not four (4-way conflicted: the math alone's
+# excess wavefronts, rungs/ncu-final-tier8-*), for 6 more LDS a warp and tile in PV: rows64d bf16
+# +1.1 % at the centre and +1.6 % at T = 32, rows32d -1.6 %, rows64d fp8 -0.2 to -0.3 %.
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -86,7 +88,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=2"), (8,)),
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
-    "p_words": (("MLAV_P_WORDS=1",), (8, 6)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -81,10 +81,6 @@ constexpr int H0_LAG_BF16 = 1, H0_LAG_FP8 = 0;
 // longer path with loads, and half 0 has the room since H0_LAG. (Measured and deleted: 1, half 0
 // the even pieces and half 1 the odd ones, +3-5 %; 4, as 2 with the address formed before QK(j),
 // +0-4 %; kernel/NOTES.md.) -DMLAV_SPLIT_COPIES sets both pools (diagnostic builds)
-// -DMLAV_P_WORDS=1 (diagnostic): P's fragments word-major in shared memory (sm_store, pv)
-#ifndef MLAV_P_WORDS
-#define MLAV_P_WORDS 0
-#endif
 #ifdef MLAV_SPLIT_COPIES
 constexpr int SPLIT_COPIES_BF16 = MLAV_SPLIT_COPIES, SPLIT_COPIES_FP8 = MLAV_SPLIT_COPIES;
 #else
@@ -551,27 +547,19 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto sm_store = [&](int j, const SmState& st) {
     const float p0 = st.p[0], p1 = st.p[1], p2 = st.p[2], p3 = st.p[3];
     const int b = buf(j);
-#if MLAV_P_WORDS
-    // (diagnostic) word-major: word w of lane L's fragment at [w][L], so each of these stores is
-    // 32 consecutive words (the lane-major slots take 4 wavefronts a store, 4-way conflicted)
-    uint32_t* pw = reinterpret_cast<uint32_t*>(ps + ((b * HALVES + r) * 2 + (d >> 1)) * 32) + lane;
-    constexpr int WS = 32;
-#else
     uint32_t* pw = reinterpret_cast<uint32_t*>(ps + ((b * HALVES + r) * 2 + (d >> 1)) * 32 + lane);
-    constexpr int WS = 1;
-#endif
     if constexpr (FP8) {   // prefix: f16 for the f16 MMAs; draft: bf16 times 2^-KV16_SHIFT / v_scale
       if (st.pref) {
-        pw[(d & 1) * WS] = f16x2_of(p0, p1);
-        pw[(2 + (d & 1)) * WS] = f16x2_of(p2, p3);
+        pw[d & 1] = f16x2_of(p0, p1);
+        pw[2 + (d & 1)] = f16x2_of(p2, p3);
       } else {
         const float ds = ldexpf(1.f, -KV16_SHIFT) / p.v_scale;
-        pw[(d & 1) * WS] = pack_bf16(p0 * ds, p1 * ds);
-        pw[(2 + (d & 1)) * WS] = pack_bf16(p2 * ds, p3 * ds);
+        pw[d & 1] = pack_bf16(p0 * ds, p1 * ds);
+        pw[2 + (d & 1)] = pack_bf16(p2 * ds, p3 * ds);
       }
     } else {
-      pw[(d & 1) * WS] = pack_bf16(p0, p1);               // a0 / a1: tokens 2qd, 2qd + 1
-      pw[(2 + (d & 1)) * WS] = pack_bf16(p2, p3);         // a2 / a3: tokens 8 + 2qd, 9 + 2qd
+      pw[d & 1] = pack_bf16(p0, p1);                      // a0 / a1: tokens 2qd, 2qd + 1
+      pw[2 + (d & 1)] = pack_bf16(p2, p3);                // a2 / a3: tokens 8 + 2qd, 9 + 2qd
     }
     if (qd == 0) alpha_s[b * BM + srow] = st.alpha;
     if (lane == 0) flag_s[b * Lo::WARPS + warp] = st.any;
@@ -605,13 +593,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     uint32_t pa[2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
-#if MLAV_P_WORDS
-      const uint32_t* pr = reinterpret_cast<const uint32_t*>(ps + ((pb * HALVES + r) * 2 + m) * 32) + lane;
-      pa[m][0] = pr[0]; pa[m][1] = pr[32]; pa[m][2] = pr[64]; pa[m][3] = pr[96];
-#else
       const uint4 t = ps[((pb * HALVES + r) * 2 + m) * 32 + lane];
       pa[m][0] = t.x; pa[m][1] = t.y; pa[m][2] = t.z; pa[m][3] = t.w;
-#endif
     }
     if constexpr (FP8) {
       if (!DRAFT || j < n_main()) {
