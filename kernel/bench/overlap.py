@@ -68,10 +68,10 @@ NOISE_TIERS = (6, 8)
 # column step later (3) or with their address formed before QK (4) (rungs/overlap*-h200-
 # 20261203T1920-copies-where.json: 3 -3.5 / -4.1 % at the bf16 centre and T = 32, production on
 # bf16 since; none faster on fp8; 1 and 4 deleted since); h0_classic is bf16's production before it
-# (on fp8 it is production). Measured and deleted (rungs/overlap-fp8-h200-20261203T2239-e4m3-bits.json, commit
-# 62e2258's -DMLAV_E4M3_BITS): the fp8 copies' e4m3 -> f16 by sm_80/86's bit move (PRMT, shift, two
-# LOP3 a pair) instead of F2FP on sm_90: bit-equal output, rows64d_fp8 24-28 % slower (full call and math
-# alone), small8 19-21 % (full) and 27-29 % (math alone).
+# (on fp8 it is production). Measured and deleted (rungs/overlap-fp8-h200-20261203T2239-e4m3-
+# bits.json, commit 62e2258's -DMLAV_E4M3_BITS): the fp8 copies' e4m3 -> f16 by sm_80/86's bit move
+# (PRMT, shift, two LOP3 a pair) instead of F2FP on sm_90: bit-equal output, rows64d_fp8 24-28 %
+# slower (full call and math alone), small8 19-21 % (full) and 27-29 % (math alone).
 # Measured and deleted (rungs/overlap*-h200-20261203T2339-p-words.json, commit 1775180's
 # -DMLAV_P_WORDS): rowsd's P fragments word-major in shared memory, so the softmax's two 4-byte
 # stores a warp and tile take one wavefront each, not four (4-way conflicted: the math alone's
