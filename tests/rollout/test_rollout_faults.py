@@ -269,7 +269,9 @@ def test_corrupt_prefill_path_halts_with_what_was_seen(make_fleet):
     assert st["status"] == "halted" and f.arm("g0") == "flash" and serving(f, "g0")
     numerics = [g for g in st["gates"] if g["gate"] == "numerics"][-1]
     assert numerics["passed"] is None and "not the kernel under test" in numerics["reason"]
-    assert run_tool(f.inv, "rollback").returncode == 0 and f.arm("g0") == "triton"  # a person decided
+    back = run_tool(f.inv, "rollback")                    # a person decided
+    assert back.returncode == 0, back.stderr
+    assert f.arm("g0") == "triton"
 
 
 def test_progress_deadline_halts_with_every_group_serving(make_fleet):
