@@ -18,6 +18,15 @@ from .checks import _FLOATS, V_DIM, VerifyInputError, check_shapes, check_values
 from .fp8 import FP8, check_scale, dequantize_keys, dequantize_values, is_fp8
 
 
+def draft_tree(custom_mask, mask_indptr, b: int, T: int, S: int, device) -> torch.Tensor:
+    """[T, T] bool: which of request b's T draft tokens each of its draft rows sees (the last T
+    columns of its FULL_MASK block; every prefix key is seen). custom_mask None: causal."""
+    if custom_mask is None:
+        return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    m0 = int(mask_indptr[b])
+    return custom_mask[m0: m0 + T * (S + T)].view(T, S + T)[:, S:].bool()
+
+
 def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask,
                                mask_indptr, qo_indptr, sm_scale, *, k_scale=None, v_scale=None):
     """Float64 MLA tree-verify attention.
@@ -78,11 +87,7 @@ def verify_attention_reference(q, kv_cache, kv_indptr, kv_indices, k_extend, cus
             prefix_v = rows[:, :V_DIM].double() if v_scale is None else dequantize_values(rows, v_scale)
             values = torch.cat([prefix_v, draft[:, :V_DIM]])                                       # [S+T, 512]
         logits = torch.einsum("thd,kd->thk", q[q0:q1].double(), keys) * sm_scale                # [T, H, S+T]
-        if custom_mask is not None:
-            m0 = int(mask_indptr[b])
-            tree = custom_mask[m0: m0 + T * (S + T)].view(T, S + T)[:, S:].bool()
-        else:
-            tree = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        tree = draft_tree(custom_mask, mask_indptr, b, T, S, q.device)
         allowed = torch.cat([torch.ones(T, S, dtype=torch.bool, device=q.device), tree], 1)
         logits = logits.masked_fill(~allowed[:, None, :], float("-inf"))
         lse_b = torch.logsumexp(logits, -1)                                                        # [T, H]

@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import sys
-from pathlib import Path
 
 import torch
 
 from ..fp8 import dequantize_keys, dequantize_values
 from ..inputs import make_case, random_case
-from ..reference import verify_attention_reference
+from ..reference import draft_tree, verify_attention_reference
+from .env import write_json
 from .timing import rel_err
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -72,7 +71,7 @@ def operand(x: torch.Tensor, scheme: str, scale: float) -> torch.Tensor:
 
 def attention(case, scheme: str) -> torch.Tensor:
     """[N, H, 512] float64: the verify attention with scheme's roundings on the prefix's q and P,
-    output rounded to bf16 (the kernel's o). Mirrors kernel.reference's masking."""
+    output rounded to bf16 (the kernel's o); masked as kernel.reference masks (draft_tree)."""
     q, kv, kv_indptr, kv_indices, k_ext, mask, mask_indptr, qo_indptr, sm_scale = case.args()
     kvp, qop = kv_indptr.tolist(), qo_indptr.tolist()
     N, H, _ = q.shape
@@ -90,11 +89,7 @@ def attention(case, scheme: str) -> torch.Tensor:
         # a power of two, as the kernel's 2^-qe, that puts the request's largest |q| in (128, 256]
         qp = operand(qb, scheme, 2.0 ** (8 - math.ceil(math.log2(qmax))))   # the prefix QK's q
         logits = torch.cat([torch.einsum("thd,kd->thk", qp, pk), torch.einsum("thd,kd->thk", qb, draft)], -1) * sm_scale
-        if mask is not None:
-            m0 = int(mask_indptr[b])
-            tree = mask[m0: m0 + T * (S + T)].view(T, S + T)[:, S:].bool()
-        else:
-            tree = torch.ones(T, T, dtype=torch.bool).tril()
+        tree = draft_tree(mask, mask_indptr, b, T, S, qb.device)
         allowed = torch.cat([torch.ones(T, S, dtype=torch.bool), tree], 1)
         logits = logits.masked_fill(~allowed[:, None, :], float("-inf"))
         m = logits.amax(-1, keepdim=True)
@@ -148,11 +143,8 @@ def main(argv=None) -> int:
         print(f"error: --cases: {a.cases} (at least 1)", file=sys.stderr)
         return 2
     doc = run(a.cases)
-    stamp = doc["date"].replace(":", "").replace("-", "")[:13]
-    path = Path(a.out) / f"fp8-mma-precision-cpu-{stamp}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1))
-    print(f"wrote {path}")
+    # named as every measurement file is, with the CPU in the GPU's place
+    print(f"wrote {write_json(a.out, 'fp8-mma-precision', doc, {'date': doc['date'], 'gpu': 'cpu'})}")
     print("\n".join(table(doc)))
     return 0
 

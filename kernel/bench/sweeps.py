@@ -16,22 +16,20 @@ import torch
 from ..checks import FP8_ROW_BYTES, HEAD_DIM, ROW_BYTES, V_DIM
 from ..inputs import ddtree_case, dflash_case, make_case
 from ..ops import pick_tier, verify_attention
+from ..reference import draft_tree
 from .timing import log, time_calls, time_flushed
 
 
 def naive_torch(case, o):
     """Gather the prefix, dense bf16 attention with the mask, one request at a time."""
     kvp, qop = case.kv_indptr.tolist(), case.qo_indptr.tolist()
-    mp = case.custom_mask is not None
     for b in range(len(qop) - 1):
         q0, q1, k0, k1 = qop[b], qop[b + 1], kvp[b], kvp[b + 1]
         T, S = q1 - q0, k1 - k0
         keys = torch.cat([case.kv_cache[case.kv_indices[k0:k1], 0], case.k_extend[q0:q1, 0]])
         qq = case.q[q0:q1].reshape(-1, 576)
         logits = (qq @ keys.T).float().view(T, -1, S + T) * case.sm_scale
-        m0 = int(case.mask_indptr[b]) if mp else 0
-        tree = case.custom_mask[m0: m0 + T * (S + T)].view(T, S + T)[:, S:].bool() if mp else \
-            torch.ones(T, T, dtype=torch.bool, device=qq.device).tril()
+        tree = draft_tree(case.custom_mask, case.mask_indptr, b, T, S, qq.device)
         logits[:, :, S:].masked_fill_(~tree[:, None, :], float("-inf"))
         o[q0:q1] = (torch.softmax(logits, -1).to(torch.bfloat16).view(-1, S + T) @ keys[:, :512]).view(T, -1, 512)
 
