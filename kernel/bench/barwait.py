@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import os
 import sys
 
 import torch
 
 from .. import build
 from ..ops import TIERS, get_workspace, launch
-from .env import env_info, git_commit, write_json
+from .env import add_commit_arg, env_info, git_commit, write_json
 from .micro import MODE_NO_LOADS, MODE_NO_MERGE, MODE_NOISE_RING, shape_case
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
@@ -99,8 +98,7 @@ def table(doc: dict) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for barwait-<gpu>-<stamp>.json")
-    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
-                    help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
+    add_commit_arg(ap)
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: no CUDA device: kernel.bench.barwait measures on a GPU", file=sys.stderr)

@@ -25,7 +25,7 @@ from datetime import datetime
 import torch
 
 from ..ops import TIERS, get_workspace, launch
-from .env import env_info, git_commit, write_json
+from .env import add_commit_arg, env_info, git_commit, write_json
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
 from .sm120_estimate import tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
@@ -158,8 +158,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for clocks-<gpu>-<stamp>.json")
     ap.add_argument("--dur", type=float, default=DUR_S, help=f"seconds of sustained replay a mode (default {DUR_S})")
-    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
-                    help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
+    add_commit_arg(ap)
     a = ap.parse_args(argv)
     if not a.dur > RAMP_S:
         print(f"error: --dur: {a.dur} s leaves nothing past the {RAMP_S} s ramp", file=sys.stderr)

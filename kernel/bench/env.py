@@ -2,8 +2,10 @@
 hash, date."""
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -22,6 +24,13 @@ def git_commit() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return (head + ("+dirty" if dirty else "")) if head else "unknown"
+
+
+def add_commit_arg(ap: argparse.ArgumentParser) -> None:
+    """--commit, the commit a measurement records: $MLA_VERIFY_COMMIT by default (the device
+    machine's copy of the work tree may lag its git checkout), else the caller's git_commit()."""
+    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
+                    help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
 
 
 def env_info(commit: str) -> dict:

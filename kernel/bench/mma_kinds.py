@@ -8,14 +8,13 @@ occupancies. Whether an fp8-MMA rung can pay (kernel/NOTES.md, issue 25's fp8 ta
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
 
 from .. import build
 from .ceilings import MMA_KINDS, mma_ceiling
-from .env import env_info, git_commit, write_json
+from .env import add_commit_arg, env_info, git_commit, write_json
 from .timing import log
 
 # (CTAs per SM, threads per CTA): the verify tiers' one CTA of 8 warps, then the best of ceilings'
@@ -46,8 +45,7 @@ def table(doc: dict) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for mma-kinds-<gpu>-<stamp>.json")
-    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
-                    help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
+    add_commit_arg(ap)
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: mma_kinds needs a CUDA device", file=sys.stderr)

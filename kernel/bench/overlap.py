@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import sys
 
 import torch
 
 from .. import build, checks
 from ..ops import TIERS, get_workspace, launch
-from .env import env_info, git_commit, write_json
+from .env import add_commit_arg, env_info, git_commit, write_json
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
 from .same_output import compare
 from .sanitize_tiers import cases as edge_cases
@@ -204,8 +203,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default=None,
                     help="comma-separated diagnostic builds of VARIANTS to time beside production "
                          "(default: every one whose tiers are timed; '' for none)")
-    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
-                    help="the commit measured (default: $MLA_VERIFY_COMMIT, else this checkout's HEAD)")
+    add_commit_arg(ap)
     a = ap.parse_args(argv)
     if a.once is not None and a.once not in TIERS:
         print(f"error: --once: tier {a.once} is not one of {sorted(TIERS)}", file=sys.stderr)

@@ -29,7 +29,7 @@ import torch
 from ..inputs import make_case
 from ..ops import FP8_TIERS, TIERS
 from ..reference import verify_attention_reference
-from .env import env_info, git_commit
+from .env import add_commit_arg, env_info, git_commit
 from .validate import run_checked
 
 # prefix lengths around 16-token tiles and 32-token pairs (a pair whose second tile is empty,
@@ -102,8 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pools", default="bf16,fp8", help="bf16, fp8 or both (default)")
     ap.add_argument("--tool", default=os.environ.get("MLAV_SANITIZER_TOOL", "none"),
                     help="the sanitizer tool this runs under, for the file's name (default: none)")
-    ap.add_argument("--commit", default=os.environ.get("MLA_VERIFY_COMMIT"),
-                    help="recorded with the results (default: $MLA_VERIFY_COMMIT, else git HEAD)")
+    add_commit_arg(ap)
     ap.add_argument("--under", choices=SANITIZER_TOOLS,
                     help="run under compute-sanitizer's TOOL and record its verdict in the file")
     argv = list(sys.argv[1:] if argv is None else argv)
