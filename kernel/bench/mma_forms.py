@@ -133,14 +133,15 @@ def run(lib: Path, commit: str | None) -> dict:
             v = torch.randint(lo, hi, (n, per_word), dtype=torch.int32, device="cuda")
             ops = sum(v[:, i] << (32 // per_word * i) for i in range(per_word)).contiguous()
             out = torch.empty(blocks * threads, device="cuda")
-            stream = torch.cuda.current_stream().cuda_stream
-
-            def call():
-                err = so.mma_forms_launch(form, ops.data_ptr(), out.data_ptr(), iters, blocks, threads, stream)
+            def call():   # the stream read per call: time_calls captures the calls on a stream of its own
+                err = so.mma_forms_launch(form, ops.data_ptr(), out.data_ptr(), iters, blocks, threads,
+                                          torch.cuda.current_stream().cuda_stream)
                 if err:
                     raise RuntimeError(f"mma_forms_launch(form={form}) returned {err}")
             ms = time_calls([call])
             tflops = blocks * threads / 32 * iters * mmas * (2 * 16 * 8 * k) / (ms * 1e-3) / 1e12
+            if tflops > 10000:   # beyond any card: the launches were not what was timed
+                raise RuntimeError(f"form {name}: {tflops:.0f} TFLOP/s; the timed graph held no launch")
             if not torch.isfinite(out).all():
                 raise RuntimeError(f"form {name}: non-finite sums; the operands overflowed")
             log(f"mma_forms {name:14s} {occ:16s} {tflops:8.1f} TFLOP/s")
