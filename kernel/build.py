@@ -229,8 +229,6 @@ def load(archs=ARCHS, defines=()) -> ctypes.CDLL:
     lib.mla_verify_num_sms.argtypes = [i]
     lib.mma_ceiling_launch.argtypes = [vp, vp, i, i, i, vp]
     lib.mma_ceiling_launch.restype = i
-    lib.mma_ceiling_e4m3_launch.argtypes = [vp, vp, i, i, i, vp]
-    lib.mma_ceiling_e4m3_launch.restype = i
     lib.mma_ldsm_probe_launch.argtypes = [vp, vp, vp, i, i, i, i, i, vp]
     lib.mma_ldsm_probe_launch.restype = i
     if "MLAV_TRACE" in defines:

@@ -283,3 +283,47 @@ def dflash_case(prefix_lens, block: int, heads: int = 8, *, seed: int = 0, **kw)
     case = make_case(prefix_lens, [block] * len(prefix_lens), heads, seed=seed, causal=True, **kw)
     case.meta.update(algorithm="DFLASH", block=block)
     return case
+
+
+def sink_case(prefix_len: int, draft_len: int, gap: float, heads: int = 8, *, seed: int = 0, device="cpu",
+              kv_dtype: str = "auto", dtype=torch.bfloat16) -> VerifyCase:
+    """One request whose first prefix key is an attention sink: its logit `gap` nats above the
+    other keys' mean for every query row and head, theirs spread by 0.5 nats, and the other rows'
+    V (their first 512 dims) sharing one direction, so that the tail behind the sink carries what
+    the sink does not (at 185k keys and gap 11 most of the mass). A kernel that rounds small P
+    away (an e4m3 P: SGLang's fp8 prefix path) loses that tail (kernel/bench/fp8_mma_precision.py).
+
+    Built as make_case's bf16 case of the same seed (chain mask, page 1 scattered), then: q = 8 e +
+    0.01 noise (e a random unit vector, the same for every row), tail rows = r s + mu (r the drawn
+    rows, s = 0.5 / (8 sm_scale), mu ~ N(0, s^2) in the 512 V dims, orthogonal to e), the sink
+    row = gap / (8 sm_scale) e; draft rows r s. kv_dtype="fp8_e4m3" quantizes the rows as SGLang
+    writes them, k_scale = max |row| / 448 (v_scale the same). dtype: q, k_extend and a bf16 pool's
+    rows, as make_case's."""
+    if not prefix_len >= 2 or not draft_len >= 1:
+        raise VerifyInputError(f"prefix_len, draft_len: a sink and a tail need prefix_len >= 2 and draft_len >= 1, "
+                               f"got {prefix_len}, {draft_len}")
+    if kv_dtype not in KV_DTYPES:
+        raise VerifyInputError(f"kv_dtype: unknown {kv_dtype!r} (expected one of {', '.join(KV_DTYPES)})")
+    c = make_case([prefix_len], [draft_len], heads, seed=seed, device=device, causal=True, dtype=dtype)
+    g = torch.Generator().manual_seed(30_000 + seed)
+    e = torch.randn(HEAD_DIM, generator=g, dtype=torch.float64)
+    e /= e.norm()
+    s = 0.5 / (8 * SM_SCALE)
+    mu = torch.zeros(HEAD_DIM, dtype=torch.float64)
+    mu[:512] = torch.randn(512, generator=g, dtype=torch.float64) * s
+    mu -= (mu @ e) * e                                   # no logit shift for the tail
+    noise = torch.randn(c.q.shape, generator=g, dtype=torch.float64) * 0.01
+    c.q = (8 * e + noise).to(c.q.dtype).to(device)
+    rows = c.kv_cache[c.kv_indices].double().cpu()
+    rows = rows * s + mu
+    rows[0, 0] = gap / (8 * SM_SCALE) * e
+    c.k_extend = (c.k_extend.double() * s).to(c.k_extend.dtype)
+    if kv_dtype == "fp8_e4m3":
+        k_scale = float(rows.abs().max()) / FP8_MAX
+        pool = torch.full((c.kv_cache.shape[0], 1, HEAD_DIM), FP8_NAN_BYTES[0], dtype=torch.uint8, device=device)
+        pool[c.kv_indices] = quantize_mla_rows(rows.to(dtype).to(device), k_scale).view(torch.uint8)
+        c.kv_cache, c.k_scale, c.v_scale = pool.view(FP8), k_scale, k_scale
+    else:
+        c.kv_cache[c.kv_indices] = rows.to(c.kv_cache.dtype).to(device)
+    c.meta.update(sink_gap=gap, kv_dtype=kv_dtype)
+    return c
