@@ -60,8 +60,11 @@ KINDS = {
     "mma-ldsm-probe": "mma.sync with ldmatrix at 1-8 MMAs per load, SASS-checked, beside its "
                       "predictions (kernel/NOTES.md)",
     "sm120_model": "the sm_120 MODEL (not a measurement) built from H200 microbenchmarks (phase 2)",
-    "mma_kinds": "mma.sync's rate on bf16 m16n8k16 against e4m3 m16n8k32, register-resident "
-                 "(kernel/NOTES.md, the fp8 pool's next rung)",
+    "mma_kinds": "mma.sync's rate on bf16 m16n8k16 against e4m3 m16n8k32 on loop-invariant operands: "
+                 "its e4m3 figure is an artefact of ptxas's sm_90 emulation (superseded by mma_forms, "
+                 "kernel/NOTES.md)",
+    "mma_forms": "mma.sync's rate by accumulation form (bf16 / f16 chains, fresh accumulators, e4m3), "
+                 "machine code checked (kernel/NOTES.md)",
 }
 
 
