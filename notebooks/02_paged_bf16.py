@@ -51,6 +51,7 @@ dcp = data.newest_or_none(data_dir, "dcp-sim", allow_fixture=smoke)
 fixed = data.newest_or_none(data_dir, "fixed_cost", allow_fixture=smoke)
 trace = data.newest_or_none(data_dir, "trace", allow_fixture=smoke)
 sm120 = data.newest_or_none(data_dir, "sm120_model", allow_fixture=smoke)   # a model, section 11
+sink = data.newest_or_none(data_dir, "sink_check", allow_fixture=smoke)    # section 12
 ext = extend_data.load(data_dir, allow_fixture=smoke)   # EXTEND over a cached prefix, section 14
 docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace, sm120, *ext.values()) if d is not None]
 df = data.bench_frame(bench)  # the comparisons: ours is `flash` alone, never its variants
@@ -815,6 +816,26 @@ else:
         backend_cases[backend_cases["kv"] == data.FP8_KV],
         "SGLang's real backend on the fp8_e4m3 pool: every case, its largest errors, and the "
         "graph's replay time per arm"))
+
+# %%
+if sink is not None:
+    sk = data.sink_frame(sink)
+    fp8_sg = data.sink_lost(sk)
+    display(Markdown(
+        f"**Behind an attention sink** (`{Path(sink['_path']).name}`): one request whose first key "
+        "sits `gap` nats above the others (theirs spread by 0.5 nats, their V sharing a direction), "
+        "so that at long context the tail behind the sink carries most of the output "
+        "(`kernel.inputs.sink_case`). e4m3 has nothing below 2^-9: SGLang's fp8 path, which rounds "
+        "the probabilities to e4m3, rounds the tail away"
+        + (f" ({fp8_sg.min():.2f} to {fp8_sg.max():.2f} relative error with the sink 8 nats or more "
+           "up and the tail holding more than half of the mass)" if len(fp8_sg) else "")
+        + f"; ours keeps them in f16 ({'all pass' if sink['all_pass'] else 'FAILS'} at "
+        f"{sink['tolerance']:g}, worst {sk['ours'].max():.2e})."))
+    display(figures.table(sk, {"S": "{:,}", "gap (nats)": "{:g}", "tail mass": "{:.2f}", "ours": "{:.2e}",
+                               "SGLang": "{:.2e}"},
+                          "Attention sinks: ours and SGLang's extend_attention_fwd against the float64 "
+                          "oracle, both pools (relative error; 'tail mass' the share of the softmax "
+                          "off the sink)"))
 
 # %%
 est8 = data.sm120_frame(sm120, data.FP8_KV) if sm120 is not None else pd.DataFrame()

@@ -63,6 +63,8 @@ KINDS = {
     "mma_kinds": "mma.sync's rate on bf16 m16n8k16 against e4m3 m16n8k32 on loop-invariant operands: "
                  "its e4m3 figure is an artefact of ptxas's sm_90 emulation (superseded by mma_forms, "
                  "kernel/NOTES.md)",
+    "sink_check": "ours and SGLang's extend_attention_fwd against the oracle behind an attention sink, "
+                  "both pools (phase 2, section 12)",
     "mma_forms": "mma.sync's rate by accumulation form (bf16 / f16 chains, fresh accumulators, e4m3), "
                  "machine code checked (kernel/NOTES.md)",
 }
@@ -1145,3 +1147,19 @@ def production_frame(doc: dict) -> pd.DataFrame:
     g = pd.DataFrame(out)
     g["speedup"] = g["sglang_us"] / g["ours_us"]
     return g.sort_values(["pool", "algorithm", "T", "batch"], ascending=[True, False, True, True]).reset_index(drop=True)
+
+
+def sink_frame(doc: dict) -> pd.DataFrame:
+    """A sink_check file's rows: pool, S, gap (nats), tail mass, ours and SGLang's relative error
+    against the float64 oracle (SGLang's NaN where its kernel did not run)."""
+    rows = [{"pool": r["kv_dtype"] if r["kv_dtype"] != "auto" else BF16_KV, "S": r["S"], "gap (nats)": r["gap_nats"],
+             "tail mass": r["tail_mass"], "ours": r["rel_err"], "SGLang": r.get("sglang_rel_err", float("nan"))}
+            for r in doc["rows"]]
+    return pd.DataFrame(rows)
+
+
+def sink_lost(frame: pd.DataFrame) -> pd.Series:
+    """SGLang's fp8 errors in a sink_frame where its e4m3 P must lose the tail: the sink 8 nats or
+    more up (the tail's P below e^-8, under e4m3's 2^-9 after the spread) and the tail holding
+    more than half of the mass."""
+    return frame[(frame["pool"] == FP8_KV) & (frame["gap (nats)"] >= 8) & (frame["tail mass"] > 0.5)]["SGLang"]

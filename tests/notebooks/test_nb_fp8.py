@@ -5,6 +5,7 @@ fp8 failure (a case, a refusal) fails the finding and the index verdict."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 
@@ -198,3 +199,17 @@ def test_fp8_slower_than_bf16_is_said_so_and_does_not_fail_correctness(tmp_path,
     centre = next(r for r in _table(reports, "fp8 pool: ours per shape") if r["S"] == "185,000"
                   and r["T"] == "8" and r["requests"] == "1" and r["page size"] == "1")
     assert centre["bf16 time / fp8 time"] == f"{bf16 / fp8:,.2f}x"
+
+
+def test_sink_rows_where_sglangs_e4m3_p_must_lose_the_tail():
+    doc = {"rows": [
+        {"kv_dtype": "auto", "S": 185000, "gap_nats": 11.0, "tail_mass": 0.78, "rel_err": 1.7e-3, "sglang_rel_err": 1.6e-3},
+        {"kv_dtype": "fp8_e4m3", "S": 185000, "gap_nats": 4.0, "tail_mass": 1.0, "rel_err": 1.6e-3, "sglang_rel_err": 1.8e-3},
+        {"kv_dtype": "fp8_e4m3", "S": 185000, "gap_nats": 11.0, "tail_mass": 0.78, "rel_err": 1.7e-3, "sglang_rel_err": 0.96},
+        {"kv_dtype": "fp8_e4m3", "S": 4096, "gap_nats": 14.0, "tail_mass": 0.01, "rel_err": 2.5e-3, "sglang_rel_err": 3.7e-3},
+        {"kv_dtype": "fp8_e4m3", "S": 4096, "gap_nats": 8.0, "tail_mass": 0.61, "rel_err": 1.8e-3}]}
+    frame = data.sink_frame(doc)
+    assert list(frame["pool"]) == [data.BF16_KV] + [data.FP8_KV] * 4
+    assert math.isnan(frame["SGLang"].iloc[4])              # its kernel did not run: shown as such
+    lost = data.sink_lost(frame)
+    assert list(lost.index) == [2, 4]                       # fp8, 8 nats or more up, tail over half

@@ -70,3 +70,15 @@ def test_readme_eagle_speed_is_the_eagle_canary_phase_3_lists():
     speed = eagle[0]["steps"]["canary"]["speed"]
     assert m.group(1) == f"{speed['candidate']['median_tok_s']:.1f}"
     assert m.group(2) == f"{speed['control']['median_tok_s']:.1f}" and speed["passed"] is True
+
+
+def test_readme_sink_figures_are_the_newest_sink_check():
+    m = _one(r"SGLang's path drops the probabilities of every key 8 nats or more below the sink, ([\d.]+) to ([\d.]+) "
+             r"relative error where that tail holds more than half of the mass, where ours stays at ([\d.e-]+) "
+             r"or less \(`reports/data/([^`]+)`")
+    doc = data.newest(DATA, "sink_check")
+    assert m.group(4) == Path(doc["_path"]).name, f"cite the newest sink_check file {doc['_path']}"
+    sk = data.sink_frame(doc)
+    sg = data.sink_lost(sk)
+    assert (m.group(1), m.group(2)) == (f"{sg.min():.2f}", f"{sg.max():.2f}")
+    assert float(m.group(3)) == float(f"{sk['ours'].max():.1e}") and doc["all_pass"]
