@@ -34,3 +34,13 @@ def test_kernel_names_map_to_forms():
     assert mma_forms._form_of("_ZN12_GLOBAL__N_116mma_forms_kernelILi0ELb1ELi8EEEvPKjPfi") == 2
     assert mma_forms._form_of("_ZN12_GLOBAL__N_116mma_forms_kernelILi0ELb0ELi16EEEvPKjPfi") == 4
     assert mma_forms._form_of("_ZN4mlav5rowsd22mla_verify_kernel_rowsdILi2ELi0EEEvNS_6ParamsE") is None
+
+
+def test_table_marks_a_missing_rate_and_a_failed_check():
+    doc = {"rows": [{"form": "bf16_chain", "occupancy": "8_warps_per_sm", "TFLOPs": 582.5},
+                    {"form": "e4m3_chain", "occupancy": "8_warps_per_sm", "TFLOPs": None}],
+           "sass": [{"ok": True}]}
+    lines = mma_forms.table(doc)
+    assert "NOT citable" not in lines[0]
+    assert lines[1].split()[:2] == ["bf16_chain", "582.5"] and lines[-1].split()[:2] == ["e4m3_chain", "none"]
+    assert "NOT citable" in mma_forms.table(dict(doc, sass=[{"ok": False}]))[0]

@@ -1,8 +1,9 @@
 """mma.sync's rate by the form of its accumulation (mma_forms.cu beside this file): bf16 and f16
 m16n8k16 as chains (each MMA adds into its accumulator: the ceiling kernel's form, ~640 TFLOP/s on
 the H200) or fresh (each from a zero accumulator, the sum kept by FADDs: the shape of ptxas's
-sm_90 emulation of e4m3 m16n8k32, which mma_kinds timed at ~990), bf16 chains twice as many, and
-the e4m3 launch itself. Which of type, accumulator input and chain latency sets the ceiling.
+sm_90 emulation of e4m3 m16n8k32, which the deleted mma_kinds timed at ~990 on loop-invariant
+operands), bf16 chains twice as many, and the e4m3 launch itself (397 with operands that vary: the
+emulation). Which of type, accumulator input and chain latency sets the ceiling.
 
 The machine code is checked before any figure is cited (as probe_sass does for the ldmatrix
 probe): per form and arch, the loop's MMAs and what their accumulator operand is; on sm_90 the
@@ -134,11 +135,19 @@ def run(lib: Path, commit: str | None) -> dict:
             ops = sum(v[:, i] << (32 // per_word * i) for i in range(per_word)).contiguous()
             out = torch.empty(blocks * threads, device="cuda")
             def call():   # the stream read per call: time_calls captures the calls on a stream of its own
-                err = so.mma_forms_launch(form, ops.data_ptr(), out.data_ptr(), iters, blocks, threads,
-                                          torch.cuda.current_stream().cuda_stream)
+                return so.mma_forms_launch(form, ops.data_ptr(), out.data_ptr(), iters, blocks, threads,
+                                           torch.cuda.current_stream().cuda_stream)
+            if call() == -2:   # e4m3 before sm_89: no such instruction, no rate
+                log(f"mma_forms {name:14s} {occ:16s}     none (no e4m3 mma.sync before sm_89)")
+                rows.append({"form": name, "occupancy": occ, "ctas_per_sm": per_sm, "threads": threads,
+                             "ms": None, "TFLOPs": None})
+                continue
+
+            def checked():
+                err = call()
                 if err:
                     raise RuntimeError(f"mma_forms_launch(form={form}) returned {err}")
-            ms = time_calls([call])
+            ms = time_calls([checked])
             tflops = blocks * threads / 32 * iters * mmas * (2 * 16 * 8 * k) / (ms * 1e-3) / 1e12
             if tflops > 10000:   # beyond any card: the launches were not what was timed
                 raise RuntimeError(f"form {name}: {tflops:.0f} TFLOP/s; the timed graph held no launch")
@@ -155,7 +164,8 @@ def table(doc: dict) -> list[str]:
     cit = "" if all(r["ok"] for r in doc["sass"]) else "  NOT citable: the machine-code check failed"
     out = [f"{'form':14s} {'8 warps/SM':>11s} {'16 warps/SM':>12s}  (TFLOP/s, dense, fp32 accumulate){cit}"]
     for name, _, _ in FORMS.values():
-        out.append(f"{name:14s} " + " ".join(f"{by.get((name, o), float('nan')):>11.1f}" for o in OCCUPANCIES))
+        cells = [by.get((name, o)) for o in OCCUPANCIES]
+        out.append(f"{name:14s} " + " ".join(f"{c:>11.1f}" if c is not None else f"{'none':>11s}" for c in cells))
     return out
 
 
