@@ -81,11 +81,6 @@ constexpr int H0_LAG_BF16 = 1, H0_LAG_FP8 = 0;
 // longer path with loads, and half 0 has the room since H0_LAG. (Measured and deleted: 1, half 0
 // the even pieces and half 1 the odd ones, +3-5 %; 4, as 2 with the address formed before QK(j),
 // +0-4 %; kernel/NOTES.md.) -DMLAV_SPLIT_COPIES sets both pools (diagnostic builds)
-#ifdef MLAV_Q_FIRST
-constexpr bool Q_FIRST = MLAV_Q_FIRST;
-#else
-constexpr bool Q_FIRST = false;
-#endif
 #ifdef MLAV_SPLIT_COPIES
 constexpr int SPLIT_COPIES_BF16 = MLAV_SPLIT_COPIES, SPLIT_COPIES_FP8 = MLAV_SPLIT_COPIES;
 #else
@@ -309,53 +304,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
     __syncthreads();
   }
-  // Q_FIRST (-DMLAV_Q_FIRST=1, a diagnostic build): Q's fragment loads (below) issued before the
-  // prologue's slot ids and copies. The fp8 copies' q scale waits on them at the prologue's end;
-  // issued after the copies, which wait on the slot ids, their round trip follows the ids' instead
-  // of overlapping it. (Written twice while measured: a shared lambda changed production's fp8 code)
-  uint32_t qa[QK_STEPS][2][4];
-  if constexpr (Q_FIRST) {
-#pragma unroll
-    for (int kk = 0; kk < QK_STEPS; ++kk) {
-      const int k = 64 * kk + 16 * d;                      // chunks 8 kk + 2 d, + 1 (see qk)
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = r * 32 + m * 16 + g + 8 * h;
-          const bool ok = row_base + row < rows;
-          if constexpr (FP8) {   // dims 16 (9 d + kk) + 4 qd .. + 3: the e4m3 fragments' order (top)
-            const uint2 v = ok ? __ldg(reinterpret_cast<const uint2*>(p.q + (grow0 + row) * D + 16 * (9 * d + kk) + 4 * qd))
-                               : make_uint2(0u, 0u);
-            qa[kk][m][h] = v.x;
-            qa[kk][m][2 + h] = v.y;
-          } else {
-            const uint32_t* src = reinterpret_cast<const uint32_t*>(p.q + (grow0 + (ok ? row : 0)) * D + k + 2 * qd);
-            qa[kk][m][h] = ok ? __ldg(src) : 0u;
-            qa[kk][m][2 + h] = ok ? __ldg(src + 4) : 0u;
-          }
-        }
-    }
-  }
-  // prologue: tiles 0 .. AHEAD - 1 before anything else; the index window for the next IDX_AHEAD.
-  // Every tile's slot ids are loaded before any copy: a tile's copies wait on its id load, and with
-  // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue 7.84 ->
-  // 6.75 us, fp8 T = 1's 6.72 -> 4.99: trace-h200-20261203T1724.json against ...T1935.json)
-  long long slot0[AH];
-#pragma unroll
-  for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
-#pragma unroll
-  for (int t = 0; t < AH; ++t) {
-    if (loads && t < n_tiles) load(t, slot0[t]);
-    if (t == 0 && loads)
-      for (int k = AH; k < AH + Lo::IDX_AHEAD; ++k) ids.copy_index(k);
-    cp_async_commit();
-    if (COPY_AT) cp_async_commit();                       // two groups a tile, as in the loop
-  }
   // ---- Q A fragments straight from global memory (L2-resident after the first CTA):
   // qa[kk][m] = {Q[g][k+2qd..], Q[g+8][k+2qd..], Q[g][k+8+2qd..], Q[g+8][k+8+2qd..]} of the
-  // m-tile's 16 rows, k = this dim quarter's kk-th k-step
-  if constexpr (!Q_FIRST) {
+  // m-tile's 16 rows, k = this dim quarter's kk-th k-step. Issued before the prologue's slot ids
+  // and copies: after them (the copies wait on the ids) their round trip followed the ids' where
+  // it now overlaps it, which fp8's q scale waits on at the prologue's end and every tier's first
+  // QK: -1 to -3 us a call on both pools, bit-equal
+  // (rungs/overlap*-h200-20261204T033[56]-q-first.json)
+  uint32_t qa[QK_STEPS][2][4];
 #pragma unroll
   for (int kk = 0; kk < QK_STEPS; ++kk) {
     const int k = 64 * kk + 16 * d;                      // chunks 8 kk + 2 d, + 1 (see qk)
@@ -377,8 +333,21 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         }
       }
   }
+  // prologue: tiles 0 .. AHEAD - 1 before anything but Q's loads; the index window for the next IDX_AHEAD.
+  // Every tile's slot ids are loaded before any copy: a tile's copies wait on its id load, and with
+  // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue 7.84 ->
+  // 6.75 us, fp8 T = 1's 6.72 -> 4.99: trace-h200-20261203T1724.json against ...T1935.json)
+  long long slot0[AH];
+#pragma unroll
+  for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
+#pragma unroll
+  for (int t = 0; t < AH; ++t) {
+    if (loads && t < n_tiles) load(t, slot0[t]);
+    if (t == 0 && loads)
+      for (int k = AH; k < AH + Lo::IDX_AHEAD; ++k) ids.copy_index(k);
+    cp_async_commit();
+    if (COPY_AT) cp_async_commit();                       // two groups a tile, as in the loop
   }
-
   // fp8: q as f16 times 2^-qe (e4m3.cuh), qe per CTA; 2^qe and the e4m3 convert's 2^KV16_SHIFT go
   // into the prefix logits' scale, pscale_s
   if constexpr (FP8) {
