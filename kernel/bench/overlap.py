@@ -78,7 +78,10 @@ NOISE_TIERS = (6, 8)
 # +1.1 % at the centre and +1.6 % at T = 32, rows32d -1.6 %, rows64d fp8 -0.2 to -0.3 %.
 # Measured and kept (rungs/overlap*-h200-20261204T033[56]-q-first.json, commit d19694f's -DMLAV_Q_FIRST,
 # two runs): rowsd's Q loads issued before the prologue's slot ids and copies, -1 to -3 us a call
-# on tiers 8 and 6 of both pools, never slower; production since.
+# on tiers 8 and 6 of both pools, never slower; production since. The same for the small tiers
+# (commit 2aa39fc's -DMLAV_Q_FIRST_SMALL, two runs,
+# rungs/overlap*-h200-20261204T034[23]-q-first-small-run[12].json): tiers 1 and 4 within -1.7 to
+# +0.7 us of production, a tie; not kept.
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -90,8 +93,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=2"), (8,)),
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
-    # the small tiers' Q loads before their prologue's slot ids and copies (rowsd's since T033[56])
-    "q_first_small": (("MLAV_Q_FIRST_SMALL=1",), (1, 4)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -118,25 +118,6 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
     for (int i = tid; i < RING_BYTES / 16; i += NTHREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
-  // Q_FIRST_SMALL (-DMLAV_Q_FIRST_SMALL=1, a diagnostic build): the Q loads below issued
-  // before the prologue's slot ids and copies, as rowsd issues them (written twice while measured)
-  // ---- Q^T B fragments straight from global memory (L2-resident after the first CTA):
-  // qb[kk][nt] = {Q[row nt*8+g][16 k + 2qd, +1], Q[row][16 k + 8 + 2qd, +1]}, k = k0 + kk
-  const int k0 = warp < 4 ? 5 * warp : 4 * warp + 4;
-  const int nk = warp < 4 ? 5 : 4;
-  uint32_t qb[5][NT][2];
-  if constexpr (Q_FIRST_SMALL) {
-#pragma unroll
-  for (int kk = 0; kk < 5; ++kk)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int r = nt * 8 + g;
-      const bool ok = kk < nk && row_base + r < rows;
-      const uint32_t* src = reinterpret_cast<const uint32_t*>(p.q + (grow0 + r) * D + (k0 + kk) * 16 + 2 * qd);
-      qb[kk][nt][0] = ok ? __ldg(src) : 0u;
-      qb[kk][nt][1] = ok ? __ldg(src + 4) : 0u;
-    }
-  }
   // prologue: tiles 0..2 before anything else, so the DRAM stream starts at once; the index
   // window for tiles 3 .. 2 + IDX_AHEAD rides in the first group. The three tiles' slot ids are
   // loaded before any copy, so that their latencies overlap (as in tier_rowsd.cuh)
@@ -151,7 +132,11 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
     cp_async_commit();
   }
 
-  if constexpr (!Q_FIRST_SMALL) {
+  // ---- Q^T B fragments straight from global memory (L2-resident after the first CTA):
+  // qb[kk][nt] = {Q[row nt*8+g][16 k + 2qd, +1], Q[row][16 k + 8 + 2qd, +1]}, k = k0 + kk
+  const int k0 = warp < 4 ? 5 * warp : 4 * warp + 4;
+  const int nk = warp < 4 ? 5 : 4;
+  uint32_t qb[5][NT][2];
 #pragma unroll
   for (int kk = 0; kk < 5; ++kk)
 #pragma unroll
@@ -162,7 +147,6 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
       qb[kk][nt][0] = ok ? __ldg(src) : 0u;
       qb[kk][nt][1] = ok ? __ldg(src + 4) : 0u;
     }
-  }
 
   // softmax thread: row sr, tokens st0 .. st0 + TOK - 1 (threads past R * TPR idle there)
   const bool sm_active = tid < R * TPR;

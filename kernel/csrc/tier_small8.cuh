@@ -166,25 +166,6 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     for (int i = tid; i < Lo::RING / 16; i += NTHREADS) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
-  // Q_FIRST_SMALL (-DMLAV_Q_FIRST_SMALL=1, a diagnostic build): the Q loads below issued
-  // before the prologue's slot ids and copies, as rowsd issues them (written twice while measured)
-  // ---- Q^T B fragments, dims permuted as the e4m3 A fragments hold them:
-  // qb[kk][nt] = Q[row nt*8+g][16 k + 4 qd .. + 3], k = 9 kq + kk
-  const int mt = warp >> 2, kq = warp & 3;
-  uint32_t qb[9][NT][2];
-  if constexpr (Q_FIRST_SMALL) {
-#pragma unroll
-  for (int kk = 0; kk < 9; ++kk)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int r = nt * 8 + g;
-      const bool ok = row_base + r < rows;
-      const uint2 v = ok ? __ldg(reinterpret_cast<const uint2*>(p.q + (grow0 + r) * D + (9 * kq + kk) * 16 + 4 * qd))
-                         : make_uint2(0u, 0u);
-      qb[kk][nt][0] = v.x;
-      qb[kk][nt][1] = v.y;
-    }
-  }
   // the AH tiles' slot ids are loaded before any copy, so that their latencies overlap (as in
   // tier_rowsd.cuh)
   long long slot0[AH];
@@ -198,7 +179,10 @@ __device__ __forceinline__ void small8_body(const Params& p) {
     cp_async_commit();
   }
 
-  if constexpr (!Q_FIRST_SMALL) {
+  // ---- Q^T B fragments, dims permuted as the e4m3 A fragments hold them:
+  // qb[kk][nt] = Q[row nt*8+g][16 k + 4 qd .. + 3], k = 9 kq + kk
+  const int mt = warp >> 2, kq = warp & 3;
+  uint32_t qb[9][NT][2];
 #pragma unroll
   for (int kk = 0; kk < 9; ++kk)
 #pragma unroll
@@ -210,8 +194,6 @@ __device__ __forceinline__ void small8_body(const Params& p) {
       qb[kk][nt][0] = v.x;
       qb[kk][nt][1] = v.y;
     }
-  }
-
   auto each_q = [&](auto f) {   // f(x) on each register x of qb (two q values)
 #pragma unroll
     for (int kk = 0; kk < 9; ++kk)

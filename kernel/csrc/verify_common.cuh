@@ -10,12 +10,6 @@
 
 namespace mlav {
 
-#ifdef MLAV_Q_FIRST_SMALL
-constexpr bool Q_FIRST_SMALL = MLAV_Q_FIRST_SMALL;
-#else
-constexpr bool Q_FIRST_SMALL = false;
-#endif
-
 constexpr int D = 576;          // latent 512 + rope 64
 constexpr int DV = 512;         // V = first 512 columns of the latent row
 constexpr int CHUNKS = D / 8;   // 16-byte chunks per row
