@@ -293,12 +293,12 @@ def sink_case(prefix_len: int, draft_len: int, gap: float, heads: int = 8, *, se
     the sink does not (at 185k keys and gap 11 most of the mass). A kernel that rounds small P
     away (an e4m3 P: SGLang's fp8 prefix path) loses that tail (kernel/bench/fp8_mma_precision.py).
 
-    Built as make_case's bf16 case of the same seed (chain mask, page 1 scattered), then: q = 8 e +
-    0.01 noise (e a random unit vector, the same for every row), tail rows = r s + mu (r the drawn
-    rows, s = 0.5 / (8 sm_scale), mu ~ N(0, s^2) in the 512 V dims, orthogonal to e), the sink
-    row = gap / (8 sm_scale) e; draft rows r s. kv_dtype="fp8_e4m3" quantizes the rows as SGLang
-    writes them, k_scale = max |row| / 448 (v_scale the same). dtype: q, k_extend and a bf16 pool's
-    rows, as make_case's."""
+    Built as make_case's case of the same seed and dtype (chain mask, page 1 scattered), then:
+    q = 8 e + 0.01 noise (e a random unit vector, the same for every row), tail rows = r s + mu (r
+    the drawn rows, s = 0.5 / (8 sm_scale), mu ~ N(0, s^2) in the 512 V dims, orthogonal to e), the
+    sink row = gap / (8 sm_scale) e; draft rows r s. kv_dtype="fp8_e4m3" quantizes the rows as
+    SGLang writes them, k_scale = max |row| / 448 (v_scale the same). dtype: q, k_extend and a bf16
+    pool's rows, as make_case's."""
     if not prefix_len >= 2 or not draft_len >= 1:
         raise VerifyInputError(f"prefix_len, draft_len: a sink and a tail need prefix_len >= 2 and draft_len >= 1, "
                                f"got {prefix_len}, {draft_len}")

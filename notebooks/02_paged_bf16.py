@@ -53,7 +53,8 @@ trace = data.newest_or_none(data_dir, "trace", allow_fixture=smoke)
 sm120 = data.newest_or_none(data_dir, "sm120_model", allow_fixture=smoke)   # a model, section 11
 sink = data.newest_or_none(data_dir, "sink_check", allow_fixture=smoke)    # section 12
 ext = extend_data.load(data_dir, allow_fixture=smoke)   # EXTEND over a cached prefix, section 14
-docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace, sm120, *ext.values()) if d is not None]
+docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace, sm120, sink, *ext.values())
+        if d is not None]
 df = data.bench_frame(bench)  # the comparisons: ours is `flash` alone, never its variants
 df_all = data.bench_frame(bench, variants=True)  # + forced rows64 and L2 flushed (section 7)
 tiers = data.tier_frame(df_all)
