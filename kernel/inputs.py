@@ -185,21 +185,13 @@ def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", 
     def rnd(*shape):
         return torch.randn(*shape, generator=dgen, device=device, dtype=torch.float32).to(dtype)
 
+    kv_indices = torch.cat(slots).to(device) if slots else torch.empty(0, dtype=torch.long, device=device)
+    rows = rnd(kv_indices.numel(), 1, HEAD_DIM) if kv_indices.numel() else None
     if fp8:
-        # SGLang keeps an fp8 pool as uint8 bytes and views it as e4m3fn; writing through the
-        # byte view also avoids index_put on fp8, which not every torch build implements.
-        pool = torch.full((num_slots, 1, HEAD_DIM), FP8_NAN_BYTES[0], dtype=torch.uint8, device=device)
-        kv_cache = pool.view(FP8)
+        kv_cache, k_scale = fp8_pool(num_slots, kv_indices, rows, k_scale, device)
     else:
         kv_cache = torch.full((num_slots, 1, HEAD_DIM), float("nan"), dtype=dtype, device=device)
-    kv_indices = torch.cat(slots).to(device) if slots else torch.empty(0, dtype=torch.long, device=device)
-    if kv_indices.numel():
-        rows = rnd(kv_indices.numel(), 1, HEAD_DIM)
-        if fp8:
-            if k_scale is None:
-                k_scale = float(rows.abs().max()) / FP8_MAX
-            pool[kv_indices] = quantize_mla_rows(rows, k_scale).view(torch.uint8)
-        else:
+        if rows is not None:
             kv_cache[kv_indices] = rows
     if fp8:
         k_scale = 1.0 if k_scale is None else k_scale
@@ -229,6 +221,21 @@ def make_case(prefix_lens, draft_lens, heads: int = 8, *, tree: str = "random", 
         meta["tree_sizes"] = sizes
     return VerifyCase(q, kv_cache, kv_indptr, kv_indices, k_extend, custom_mask, mask_indptr, qo_indptr,
                       SM_SCALE, meta, k_scale, v_scale)
+
+
+def fp8_pool(num_slots: int, kv_indices: torch.Tensor, rows: torch.Tensor | None, k_scale: float | None,
+             device) -> tuple[torch.Tensor, float | None]:
+    """An fp8 MLA pool as SGLang holds it: float8_e4m3fn [num_slots, 1, 576] over uint8 bytes, every
+    slot the e4m3fn NaN byte but kv_indices', which take rows ([n, 1, 576], model dtype) written as
+    SGLang writes them with k_scale (None: max |row| / 448, so the full e4m3 range is used).
+    Returns (pool, k_scale); k_scale stays None when there are no rows."""
+    # writing through the byte view also avoids index_put on fp8, which not every torch build implements
+    pool = torch.full((num_slots, 1, HEAD_DIM), FP8_NAN_BYTES[0], dtype=torch.uint8, device=device)
+    if rows is not None:
+        if k_scale is None:
+            k_scale = float(rows.abs().max()) / FP8_MAX
+        pool[kv_indices] = quantize_mla_rows(rows, k_scale).view(torch.uint8)
+    return pool.view(FP8), k_scale
 
 
 def random_case(seed: int, *, max_prefix: int = 300, max_draft: int = 24, max_batch: int = 4,
@@ -319,10 +326,9 @@ def sink_case(prefix_len: int, draft_len: int, gap: float, heads: int = 8, *, se
     rows[0, 0] = gap / (8 * SM_SCALE) * e
     c.k_extend = (c.k_extend.double() * s).to(c.k_extend.dtype)
     if kv_dtype == "fp8_e4m3":
-        k_scale = float(rows.abs().max()) / FP8_MAX
-        pool = torch.full((c.kv_cache.shape[0], 1, HEAD_DIM), FP8_NAN_BYTES[0], dtype=torch.uint8, device=device)
-        pool[c.kv_indices] = quantize_mla_rows(rows.to(dtype).to(device), k_scale).view(torch.uint8)
-        c.kv_cache, c.k_scale, c.v_scale = pool.view(FP8), k_scale, k_scale
+        k_scale = float(rows.abs().max()) / FP8_MAX        # of the float64 rows, before their rounding
+        c.kv_cache, c.k_scale = fp8_pool(c.kv_cache.shape[0], c.kv_indices, rows.to(dtype).to(device), k_scale, device)
+        c.v_scale = k_scale
     else:
         c.kv_cache[c.kv_indices] = rows.to(c.kv_cache.dtype).to(device)
     c.meta.update(sink_gap=gap, kv_dtype=kv_dtype)

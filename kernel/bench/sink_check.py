@@ -28,7 +28,8 @@ TOL = 1e-2   # the validation's bar
 
 
 def tail_mass(case) -> float:
-    """The share of query row 0's (head 0) softmax mass off the sink, from the oracle's logits."""
+    """The share of query row 0's (head 0) softmax mass off the sink, its logits computed as the
+    oracle computes them (keys dequantized on an fp8 pool)."""
     from ..fp8 import dequantize_keys
     rows = case.kv_cache[case.kv_indices, 0]
     k = dequantize_keys(rows, case.k_scale) if case.k_scale is not None else rows.double()
