@@ -12,23 +12,17 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "../csrc/mma_sync.cuh"
+
 namespace {
 constexpr int CHAINS = 8;
 constexpr int WORDS = 4 + 2 * 2 * CHAINS;   // A, then B of up to 2 CHAINS accumulators
 
-template <int KIND>   // 0 bf16, 1 f16, 2 e4m3
+template <int KIND>   // 0 bf16, 1 f16 (the verify kernels' mma16816), 2 e4m3
 __device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  if constexpr (KIND == 0)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else if constexpr (KIND == 1)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else {
+  if constexpr (KIND < 2) {
+    mma16816<KIND == 1>(c, a, b0, b1);
+  } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"

@@ -26,6 +26,7 @@ from .. import build
 from . import probe_sass
 
 SRC = Path(__file__).resolve().parent / "mma_forms.cu"
+MMA_SYNC = build.CSRC / "mma_sync.cuh"   # the verify kernels' mma16816, included by SRC
 ARCHS = ("90", "120")                    # the measured arch and the production arch
 # form -> (name, MMA in the loop, accumulator operand: "chain" (C = D) or "fresh" (C = RZ))
 FORMS = {0: ("bf16_chain", "HMMA", "chain"), 1: ("f16_chain", "HMMA", "chain"), 2: ("bf16_fresh", "HMMA", "fresh"),
@@ -37,7 +38,7 @@ OCCUPANCIES = {"8_warps_per_sm": (1, 256), "16_warps_per_sm": (2, 256)}
 
 def lib_path(root: Path | None = None) -> Path:
     """The built library for ARCHS, compiled by nvcc when no build of this source exists."""
-    h = hashlib.sha256(SRC.read_bytes() + " ".join(ARCHS).encode()).hexdigest()[:16]
+    h = hashlib.sha256(SRC.read_bytes() + MMA_SYNC.read_bytes() + " ".join(ARCHS).encode()).hexdigest()[:16]
     out = Path(root or build.cache_root()) / f"mma-forms-{h}" / "libmma_forms.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -77,8 +78,11 @@ def check(lib: Path) -> list[dict]:
             if form is None:
                 continue
             name, want_op, want_acc = FORMS[form]
-            body = _loop(fn)
-            mma = [x for x in body if "MMA" in x.op.split(".")[0]]
+            try:   # the steady-state loop: the backward branch's path holding the most MMAs
+                body = probe_sass.loop_body(fn, _is_mma)
+            except probe_sass.SassError:
+                body = []
+            mma = [x for x in body if _is_mma(x)]
             ops = sorted({x.op for x in mma})
             chain = all(len(x.regs) == 4 and x.regs[3] == x.regs[0] for x in mma)
             fresh = all(len(x.regs) == 3 for x in mma)
@@ -99,18 +103,9 @@ def check(lib: Path) -> list[dict]:
     return rows
 
 
-def _loop(fn: list) -> list:
-    """The steady-state loop: the backward branch's path holding the most MMA instructions."""
-    best: list = []
-    for ins in fn:
-        if ins.target is not None and ins.target <= ins.addr:
-            try:
-                body = probe_sass._trace(fn, ins.target, ins.addr)
-            except probe_sass.SassError:
-                continue
-            if sum("MMA" in x.op.split(".")[0] for x in body) > sum("MMA" in x.op.split(".")[0] for x in best):
-                best = body
-    return best
+def _is_mma(x) -> bool:
+    """HMMA or QMMA (sm_120's e4m3 form)."""
+    return "MMA" in x.op.split(".")[0]
 
 
 def run(lib: Path, commit: str | None) -> dict:

@@ -120,8 +120,13 @@ def _trace(fn: list[Instr], head: int, back: int) -> list[Instr]:
     return path[::-1]
 
 
-def loop_body(fn: list[Instr]) -> list[Instr]:
-    """The steady-state path of the loop (a backward branch's) that holds the most HMMAs."""
+def _is_hmma(x: Instr) -> bool:
+    return x.op.startswith("HMMA")
+
+
+def loop_body(fn: list[Instr], counted=_is_hmma) -> list[Instr]:
+    """The steady-state path of the loop (a backward branch's) that holds the most instructions
+    `counted` selects (default: HMMAs)."""
     best: list[Instr] = []
     for ins in fn:
         if ins.target is not None and ins.target <= ins.addr:
@@ -129,10 +134,11 @@ def loop_body(fn: list[Instr]) -> list[Instr]:
                 body = _trace(fn, ins.target, ins.addr)
             except SassError:
                 continue
-            if sum(x.op.startswith("HMMA") for x in body) > sum(x.op.startswith("HMMA") for x in best):
+            if sum(map(counted, body)) > sum(map(counted, best)):
                 best = body
     if not best:
-        raise SassError("no loop with HMMA instructions")
+        raise SassError("no loop with HMMA instructions" if counted is _is_hmma else
+                        "no loop with the instructions sought")
     return best
 
 
