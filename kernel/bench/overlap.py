@@ -93,6 +93,13 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=2"), (8,)),
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
+    # fp8 rows64d's half 1: piece i of its copies at QK k-step LAG + STRIDE i (MLAV_PIECE_AT = 10 LAG
+    # + STRIDE; production 01), and its tiles in flight (MLAV_AHEAD8; production 6)
+    "piece_lag1": (("MLAV_PIECE_AT=11",), (8,)),
+    "piece_lag2": (("MLAV_PIECE_AT=21",), (8,)),
+    "piece_spread": (("MLAV_PIECE_AT=2",), (8,)),
+    "ahead8_5": (("MLAV_AHEAD8=5",), (8,)),
+    "ahead8_4": (("MLAV_AHEAD8=4",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

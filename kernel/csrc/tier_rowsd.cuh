@@ -97,7 +97,11 @@ struct Layout {
   // two halves). fp8: 8 stages of e4m3 tiles in 592-byte rows (9.25 KB), 6 or 7 ahead: about as
   // many bytes in flight as the bf16 ring
   static constexpr int KST = FP8 ? 8 : STAGES;         // ring stages
+#ifdef MLAV_AHEAD8   // diagnostic builds: rows64d_fp8's tiles in flight
+  static constexpr int AHEAD = FP8 ? (HALVES == 2 ? MLAV_AHEAD8 : 7) : (HALVES == 2 ? 2 : 3);
+#else
   static constexpr int AHEAD = FP8 ? (HALVES == 2 ? 6 : 7) : (HALVES == 2 ? 2 : 3);
+#endif
   // a tile's slot ids are copied IDX_AHEAD iterations before its loads read them, in the group
   // of iteration t - AHEAD - IDX_AHEAD; the loads' wait at iteration t - AHEAD has completed
   // groups up to that one only if IDX_AHEAD >= AHEAD (bf16 keeps 4, its measured machine code)
@@ -757,7 +761,13 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto qk_copying = [&](int j, auto draft_tag) {
     if (!SPLIT && loads && !decltype(draft_tag)::value) {
       const CopyShare sh = copy_share(j + AH);
+#ifdef MLAV_PIECE_AT   // diagnostic builds: piece i at k-step LAG + STRIDE i (production: i)
+      constexpr int LAG = MLAV_PIECE_AT / 10, STRIDE = MLAV_PIECE_AT % 10;
+      static_assert(LAG + 4 * STRIDE < QK_STEPS, "every piece inside QK");
+      if (do_qk) qk(j, draft_tag, [&](int kk) { if (kk >= LAG && (kk - LAG) % STRIDE == 0) sh.piece((kk - LAG) / STRIDE); });
+#else
       if (do_qk) qk(j, draft_tag, [&](int kk) { sh.piece(kk); });
+#endif
       else
         for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
     } else if (do_qk) {
