@@ -46,8 +46,9 @@ def per_tile(raw: list[int]) -> dict:
     return out
 
 
-def run() -> dict:
-    lib = build.load(("90",), DEFINES)
+def run(extra=()) -> dict:
+    """`extra`: -D macros of a diagnostic variant (overlap.VARIANTS) built with the counters."""
+    lib = build.load(("90",), DEFINES + tuple(extra))
     host = (ctypes.c_ulonglong * (2 * len(KINDS)))()
 
     def counters(fn) -> list[list[int]]:
@@ -98,8 +99,13 @@ def table(doc: dict) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for barwait-<gpu>-<stamp>.json")
+    ap.add_argument("--variant", default="", help="a diagnostic build of overlap.VARIANTS, counted instead of production")
     add_commit_arg(ap)
     a = ap.parse_args(argv)
+    from .overlap import VARIANTS
+    if a.variant and a.variant not in VARIANTS:
+        print(f"error: --variant: {a.variant!r} not among {sorted(VARIANTS)}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("error: no CUDA device: kernel.bench.barwait measures on a GPU", file=sys.stderr)
         return 2
@@ -108,7 +114,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     info = env_info(a.commit or git_commit())
-    doc = dict(info, **run())
+    extra = VARIANTS[a.variant][0] if a.variant else ()
+    doc = dict(info, **run(extra), variant=a.variant or "production", variant_defines=list(extra))
     path = write_json(a.out, "barwait", doc)
     log(f"wrote {path}")
     print("\n".join(table(doc)))

@@ -100,6 +100,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "piece_spread": (("MLAV_PIECE_AT=2",), (8,)),
     "ahead8_5": (("MLAV_AHEAD8=5",), (8,)),
     "ahead8_4": (("MLAV_AHEAD8=4",), (8,)),
+    # fp8 rows64d: half 0 (classic) issues the copies, piece i at its PV column step K + i; half 1 none
+    "h0pv_pieces0": (("MLAV_H0PV_PIECES=0",), (8,)),
+    "h0pv_pieces1": (("MLAV_H0PV_PIECES=1",), (8,)),
+    "h0pv_pieces3": (("MLAV_H0PV_PIECES=3",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

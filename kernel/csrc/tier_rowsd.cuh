@@ -301,7 +301,16 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // copies outside top: half 1 of rows64d (COPY_AT 1, 2), rows32d with COPY32_AT = 2
   constexpr bool LATE_COPIES = HALVES == 2 ? COPY_AT != 0 : COPY32_AT == 2;
   // SPLIT_COPIES: half 0 issues the late copies (in the step of H0_LAG only), half 1 none
-  constexpr bool SPLIT = HALVES == 2 && H0_LAG && SPLIT_COPIES && LATE_COPIES;
+#ifdef MLAV_H0PV_PIECES   // diagnostic builds: fp8's half 0 (classic, H0_LAG = 0) issues the late copies,
+  // piece i at the top of its PV(j)'s column step MLAV_H0PV_PIECES + i; half 1 none
+  constexpr int H0PV_LAG = MLAV_H0PV_PIECES;
+  constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && LATE_COPIES;
+  static_assert(H0PV_LAG + 4 < 8, "every piece inside PV");
+#else
+  constexpr int H0PV_LAG = 0;
+  constexpr bool H0PV = false;
+#endif
+  constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3, "SPLIT_COPIES: 0, 2 or 3");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
@@ -810,6 +819,13 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         if (cp)
           for (int i = 0; i < 10; ++i) sh.piece(i);
       }
+    } else if constexpr (H0PV) {
+      if (do_sm) softmax(j);
+      half_bar();
+      const CopyShare sh = copy_share(cp ? j + AH : 0);
+      if (do_pv) pv(j, draft_tag, [&](int c) { if (cp && c >= H0PV_LAG && c - H0PV_LAG < 5) sh.piece(c - H0PV_LAG); });
+      else if (cp)
+        for (int i = 0; i < 5; ++i) sh.piece(i);
     } else {
       if (do_sm) softmax(j);
       half_bar();
