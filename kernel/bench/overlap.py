@@ -104,6 +104,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0pv_pieces0": (("MLAV_H0PV_PIECES=0",), (8,)),
     "h0pv_pieces1": (("MLAV_H0PV_PIECES=1",), (8,)),
     "h0pv_pieces3": (("MLAV_H0PV_PIECES=3",), (8,)),
+    # the same with the copying PV a copy of its own (no runtime test inside PV), the share's address
+    # formed before PV (FORM 0) or at column step 0 (FORM 1)
+    "h0pv_p1_form0": (("MLAV_H0PV_PIECES=1", "MLAV_H0PV_FORM=0"), (8,)),
+    "h0pv_p1_form1": (("MLAV_H0PV_PIECES=1", "MLAV_H0PV_FORM=1"), (8,)),
+    "h0pv_p3_form1": (("MLAV_H0PV_PIECES=3", "MLAV_H0PV_FORM=1"), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

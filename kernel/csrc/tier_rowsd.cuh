@@ -306,6 +306,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr int H0PV_LAG = MLAV_H0PV_PIECES;
   constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && LATE_COPIES;
   static_assert(H0PV_LAG + 4 < 8, "every piece inside PV");
+#ifndef MLAV_H0PV_FORM
+#define MLAV_H0PV_FORM 0
+#endif
+  static_assert(!MLAV_H0PV_FORM || H0PV_LAG > 0, "a piece needs its share formed");
 #else
   constexpr int H0PV_LAG = 0;
   constexpr bool H0PV = false;
@@ -820,12 +824,26 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           for (int i = 0; i < 10; ++i) sh.piece(i);
       }
     } else if constexpr (H0PV) {
+      // (the copying PV is a copy of its own: a runtime test at each column step split PV's MMAs
+      // into blocks that ptxas scheduled apart, +3-6 % math alone in the first build)
       if (do_sm) softmax(j);
       half_bar();
-      const CopyShare sh = copy_share(cp ? j + AH : 0);
-      if (do_pv) pv(j, draft_tag, [&](int c) { if (cp && c >= H0PV_LAG && c - H0PV_LAG < 5) sh.piece(c - H0PV_LAG); });
-      else if (cp)
-        for (int i = 0; i < 5; ++i) sh.piece(i);
+      if (cp) {
+#if MLAV_H0PV_FORM   // the share's address formed at column step 0, not before PV
+        CopyShare sh;
+        if (do_pv) pv(j, draft_tag, [&](int c) {
+          if (c == 0) sh = copy_share(j + AH);
+          if (c >= H0PV_LAG && c - H0PV_LAG < 5) sh.piece(c - H0PV_LAG);
+        });
+#else
+        const CopyShare sh = copy_share(j + AH);
+        if (do_pv) pv(j, draft_tag, [&](int c) { if (c >= H0PV_LAG && c - H0PV_LAG < 5) sh.piece(c - H0PV_LAG); });
+#endif
+        else
+          for (int i = 0; i < 5; ++i) sh.piece(i);
+      } else if (do_pv) {
+        pv(j, draft_tag, no_hook);
+      }
     } else {
       if (do_sm) softmax(j);
       half_bar();
