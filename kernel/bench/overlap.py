@@ -109,6 +109,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0pv_p1_form0": (("MLAV_H0PV_PIECES=1", "MLAV_H0PV_FORM=0"), (8,)),
     "h0pv_p1_form1": (("MLAV_H0PV_PIECES=1", "MLAV_H0PV_FORM=1"), (8,)),
     "h0pv_p3_form1": (("MLAV_H0PV_PIECES=3", "MLAV_H0PV_FORM=1"), (8,)),
+    # the copies split: half 1 pieces 0 .. K - 1 in its QK, half 0 the rest in its PV
+    "h0pv_split2": (("MLAV_H0PV_PIECES=1", "MLAV_H0PV_FORM=1", "MLAV_H0PV_SPLIT=2"), (8,)),
+    "h0pv_split3": (("MLAV_H0PV_PIECES=1", "MLAV_H0PV_FORM=1", "MLAV_H0PV_SPLIT=3"), (8,)),
+    "h0pv_split2_lag3": (("MLAV_H0PV_PIECES=3", "MLAV_H0PV_FORM=1", "MLAV_H0PV_SPLIT=2"), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

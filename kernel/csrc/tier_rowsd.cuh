@@ -315,6 +315,12 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool H0PV = false;
 #endif
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
+  // with H0PV, half 1 still issues pieces 0 .. H1_PIECES - 1 of each share in its QK (-DMLAV_H0PV_SPLIT)
+#if defined(MLAV_H0PV_PIECES) && defined(MLAV_H0PV_SPLIT)
+  constexpr int H1_PIECES = !SPLIT ? 5 : H0PV ? MLAV_H0PV_SPLIT : 0;
+#else
+  constexpr int H1_PIECES = !SPLIT ? 5 : 0;
+#endif
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3, "SPLIT_COPIES: 0, 2 or 3");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
@@ -772,17 +778,18 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // QK(j) with tile j + AH's copies, one piece a k-step (fp8: in the prefix loop alone, whose QK
   // calls the hook; its draft tiles do not go through the ring)
   auto qk_copying = [&](int j, auto draft_tag) {
-    if (!SPLIT && loads && !decltype(draft_tag)::value) {
+    if (H1_PIECES > 0 && loads && !decltype(draft_tag)::value) {
       const CopyShare sh = copy_share(j + AH);
 #ifdef MLAV_PIECE_AT   // diagnostic builds: piece i at k-step LAG + STRIDE i (production: i)
       constexpr int LAG = MLAV_PIECE_AT / 10, STRIDE = MLAV_PIECE_AT % 10;
       static_assert(LAG + 4 * STRIDE < QK_STEPS, "every piece inside QK");
       if (do_qk) qk(j, draft_tag, [&](int kk) { if (kk >= LAG && (kk - LAG) % STRIDE == 0) sh.piece((kk - LAG) / STRIDE); });
 #else
-      if (do_qk) qk(j, draft_tag, [&](int kk) { sh.piece(kk); });
+      if (do_qk) qk(j, draft_tag, [&](int kk) { if (kk < H1_PIECES) sh.piece(kk); });
 #endif
       else
-        for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
+        for (int kk = 0; kk < QK_STEPS; ++kk)
+          if (kk < H1_PIECES) sh.piece(kk);
     } else if (do_qk) {
       qk(j, draft_tag, no_hook);
     }
@@ -829,18 +836,25 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       if (do_sm) softmax(j);
       half_bar();
       if (cp) {
+        // pieces H1_PIECES .. 4 (half 1 issues the others in its QK), from column step H0PV_LAG on
+        constexpr int NP0 = 5 - H1_PIECES;
 #if MLAV_H0PV_FORM   // the share's address formed at column step 0, not before PV
         CopyShare sh;
-        if (do_pv) pv(j, draft_tag, [&](int c) {
-          if (c == 0) sh = copy_share(j + AH);
-          if (c >= H0PV_LAG && c - H0PV_LAG < 5) sh.piece(c - H0PV_LAG);
-        });
+        if (do_pv) {
+          pv(j, draft_tag, [&](int c) {
+            if (c == 0) sh = copy_share(j + AH);
+            if (c >= H0PV_LAG && c - H0PV_LAG < NP0) sh.piece(H1_PIECES + c - H0PV_LAG);
+          });
+        } else {
+          sh = copy_share(j + AH);
+          for (int i = H1_PIECES; i < 5; ++i) sh.piece(i);
+        }
 #else
         const CopyShare sh = copy_share(j + AH);
-        if (do_pv) pv(j, draft_tag, [&](int c) { if (c >= H0PV_LAG && c - H0PV_LAG < 5) sh.piece(c - H0PV_LAG); });
-#endif
+        if (do_pv) pv(j, draft_tag, [&](int c) { if (c >= H0PV_LAG && c - H0PV_LAG < NP0) sh.piece(H1_PIECES + c - H0PV_LAG); });
         else
-          for (int i = 0; i < 5; ++i) sh.piece(i);
+          for (int i = H1_PIECES; i < 5; ++i) sh.piece(i);
+#endif
       } else if (do_pv) {
         pv(j, draft_tag, no_hook);
       }
