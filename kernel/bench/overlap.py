@@ -113,6 +113,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0pv_split2": (("MLAV_H0PV_PIECES=1", "MLAV_H0PV_FORM=1", "MLAV_H0PV_SPLIT=2"), (8,)),
     "h0pv_split3": (("MLAV_H0PV_PIECES=1", "MLAV_H0PV_FORM=1", "MLAV_H0PV_SPLIT=3"), (8,)),
     "h0pv_split2_lag3": (("MLAV_H0PV_PIECES=3", "MLAV_H0PV_FORM=1", "MLAV_H0PV_SPLIT=2"), (8,)),
+    # fp8 rows64d's half 1 forms its copy share at top(j) (1) or before its half barrier (2)
+    "h1_form1": (("MLAV_H1_FORM=1",), (8,)),
+    "h1_form2": (("MLAV_H1_FORM=2",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -867,6 +867,32 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   auto step1 = [&](int j, auto draft_tag) {
     top(j);
+#ifdef MLAV_H1_FORM   // diagnostic builds: fp8's half 1 forms its copy share at top(j) (1) or before
+    // its half barrier (2), off QK's path (its ~60 instructions of dependent shared loads and address
+    // arithmetic were 6 % of the full call's stall samples, rungs/ncu-fp8-centre-*)
+    if constexpr (COPY_AT == 2 && HALVES == 2 && FP8 && H1_PIECES > 0) {
+      const bool cpy = loads && !decltype(draft_tag)::value;
+      CopyShare sh{reinterpret_cast<const char*>(p.kv), 0u, 0, false, 0ull};
+      if (MLAV_H1_FORM == 1 && cpy) sh = copy_share(j + AH);
+      if (j > 0) {
+        if (do_sm) softmax(j - 1);
+        if (MLAV_H1_FORM == 2 && cpy) sh = copy_share(j + AH);
+        half_bar();
+        if (do_pv) pv(j - 1, draft_tag, no_hook);
+      } else if (MLAV_H1_FORM == 2 && cpy) {
+        sh = copy_share(j + AH);
+      }
+      if (cpy) {
+        if (do_qk) qk(j, draft_tag, [&](int kk) { if (kk < H1_PIECES) sh.piece(kk); });
+        else
+          for (int kk = 0; kk < 5; ++kk) sh.piece(kk);
+      } else if (do_qk) {
+        qk(j, draft_tag, no_hook);
+      }
+      cp_async_commit();
+      return;
+    }
+#endif
     if (j > 0) {                                          // the CTA barrier ordered xs(j-1)
       if (do_sm) softmax(j - 1);
       half_bar();
