@@ -116,6 +116,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # fp8 rows64d's half 1 forms its copy share at top(j) (1) or before its half barrier (2)
     "h1_form1": (("MLAV_H1_FORM=1",), (8,)),
     "h1_form2": (("MLAV_H1_FORM=2",), (8,)),
+    # ... or at QK's first k-step, after its first ldmatrix, piece i at k-step K + i
+    "qk_form1": (("MLAV_QK_FORM=1",), (8,)),
+    "qk_form2": (("MLAV_QK_FORM=2",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -778,6 +778,24 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // QK(j) with tile j + AH's copies, one piece a k-step (fp8: in the prefix loop alone, whose QK
   // calls the hook; its draft tiles do not go through the ring)
   auto qk_copying = [&](int j, auto draft_tag) {
+#ifdef MLAV_QK_FORM   // diagnostic builds: the share formed at k-step 0's top, after QK's first
+    // ldmatrix; piece i at k-step MLAV_QK_FORM + i
+    if (H1_PIECES > 0 && loads && !decltype(draft_tag)::value) {
+      if (do_qk) {
+        CopyShare s2{reinterpret_cast<const char*>(p.kv), 0u, 0, false, 0ull};
+        qk(j, draft_tag, [&](int kk) {
+          if (kk == 0) s2 = copy_share(j + AH);
+          if (kk >= MLAV_QK_FORM && kk - MLAV_QK_FORM < H1_PIECES) s2.piece(kk - MLAV_QK_FORM);
+        });
+      } else {
+        const CopyShare s2 = copy_share(j + AH);
+        for (int kk = 0; kk < H1_PIECES; ++kk) s2.piece(kk);
+      }
+    } else if (do_qk) {
+      qk(j, draft_tag, no_hook);
+    }
+    return;
+#endif
     if (H1_PIECES > 0 && loads && !decltype(draft_tag)::value) {
       const CopyShare sh = copy_share(j + AH);
 #ifdef MLAV_PIECE_AT   // diagnostic builds: piece i at k-step LAG + STRIDE i (production: i)
