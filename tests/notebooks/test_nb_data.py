@@ -21,6 +21,28 @@ def test_newest_is_latest_date_not_latest_name(tmp_path):
     assert provenance.source(doc)["file"] == "bench-a.json"
 
 
+def test_compressed_files_are_read_and_dated_with_the_plain_ones(tmp_path):
+    import gzip
+    old, new = validation_doc("2026-12-01T00:00:00Z"), validation_doc("2026-12-03T00:00:00Z")
+    old["commit"], new["commit"] = "old-compressed", "new-compressed"
+    (tmp_path / "validation-a.json").write_text(json.dumps(validation_doc("2026-12-02T00:00:00Z")))
+    (tmp_path / "validation-b.json.gz").write_bytes(gzip.compress(json.dumps(new).encode()))
+    (tmp_path / "validation-c.json.gz").write_bytes(gzip.compress(json.dumps(old).encode()))
+    assert len(data.load_all(tmp_path, "validation")) == 3
+    assert data.newest(tmp_path, "validation", allow_fixture=True)["commit"] == "new-compressed"
+    (tmp_path / "validation-d.json.gz").write_bytes(b"not gzip")
+    with pytest.raises(data.MeasurementError, match="validation-d.json.gz"):
+        data.load_all(tmp_path)
+
+
+def test_the_carried_tree_leaves_room_for_the_server_bundle():
+    # a device call carries the checkout beside the real-server bundle (~20 MiB): tracked data must
+    # not grow into that room (compress superseded validation files: notebooks/data.py)
+    from kernel.sglang import server_bundle
+    tree = server_bundle.working_tree_bytes()
+    assert tree + 22 * 2 ** 20 <= server_bundle.BUDGET, f"working tree {tree / 2**20:.1f} MiB"
+
+
 def test_missing_kind_names_kind_and_dir(tmp_path):
     write_fixture_data(tmp_path, kinds=("bench",))
     with pytest.raises(data.MeasurementError, match=r"'validation'.*" + str(tmp_path)):
