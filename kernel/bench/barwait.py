@@ -7,6 +7,7 @@ resident), so that the loads' cost shows as the half that waits for the other. T
 about 10 instructions a tile to each half's loop; the table's clocks are that build's.
 
     python -m kernel.bench.barwait --out DIR     # JSON barwait-<gpu>-<stamp>.json, a table last
+    python -m kernel.bench.barwait --variant NAME --out DIR   # a diagnostic build of overlap.VARIANTS
 """
 from __future__ import annotations
 

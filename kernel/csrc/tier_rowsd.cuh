@@ -97,11 +97,7 @@ struct Layout {
   // two halves). fp8: 8 stages of e4m3 tiles in 592-byte rows (9.25 KB), 6 or 7 ahead: about as
   // many bytes in flight as the bf16 ring
   static constexpr int KST = FP8 ? 8 : STAGES;         // ring stages
-#ifdef MLAV_AHEAD8   // diagnostic builds: rows64d_fp8's tiles in flight
-  static constexpr int AHEAD = FP8 ? (HALVES == 2 ? MLAV_AHEAD8 : 7) : (HALVES == 2 ? 2 : 3);
-#else
   static constexpr int AHEAD = FP8 ? (HALVES == 2 ? 6 : 7) : (HALVES == 2 ? 2 : 3);
-#endif
   // a tile's slot ids are copied IDX_AHEAD iterations before its loads read them, in the group
   // of iteration t - AHEAD - IDX_AHEAD; the loads' wait at iteration t - AHEAD has completed
   // groups up to that one only if IDX_AHEAD >= AHEAD (bf16 keeps 4, its measured machine code)
@@ -301,26 +297,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // copies outside top: half 1 of rows64d (COPY_AT 1, 2), rows32d with COPY32_AT = 2
   constexpr bool LATE_COPIES = HALVES == 2 ? COPY_AT != 0 : COPY32_AT == 2;
   // SPLIT_COPIES: half 0 issues the late copies (in the step of H0_LAG only), half 1 none
-#ifdef MLAV_H0PV_PIECES   // diagnostic builds: fp8's half 0 (classic, H0_LAG = 0) issues the late copies,
-  // piece i at the top of its PV(j)'s column step MLAV_H0PV_PIECES + i; half 1 none
-  constexpr int H0PV_LAG = MLAV_H0PV_PIECES;
-  constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && LATE_COPIES;
-  static_assert(H0PV_LAG + 4 < 8, "every piece inside PV");
-#ifndef MLAV_H0PV_FORM
-#define MLAV_H0PV_FORM 0
-#endif
-  static_assert(!MLAV_H0PV_FORM || H0PV_LAG > 0, "a piece needs its share formed");
-#else
-  constexpr int H0PV_LAG = 0;
-  constexpr bool H0PV = false;
-#endif
-  constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
-  // with H0PV, half 1 still issues pieces 0 .. H1_PIECES - 1 of each share in its QK (-DMLAV_H0PV_SPLIT)
-#if defined(MLAV_H0PV_PIECES) && defined(MLAV_H0PV_SPLIT)
-  constexpr int H1_PIECES = !SPLIT ? 5 : H0PV ? MLAV_H0PV_SPLIT : 0;
-#else
-  constexpr int H1_PIECES = !SPLIT ? 5 : 0;
-#endif
+  constexpr bool SPLIT = HALVES == 2 && H0_LAG && SPLIT_COPIES && LATE_COPIES;
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3, "SPLIT_COPIES: 0, 2 or 3");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
@@ -778,36 +755,11 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // QK(j) with tile j + AH's copies, one piece a k-step (fp8: in the prefix loop alone, whose QK
   // calls the hook; its draft tiles do not go through the ring)
   auto qk_copying = [&](int j, auto draft_tag) {
-#ifdef MLAV_QK_FORM   // diagnostic builds: the share formed at k-step 0's top, after QK's first
-    // ldmatrix; piece i at k-step MLAV_QK_FORM + i
-    if (H1_PIECES > 0 && loads && !decltype(draft_tag)::value) {
-      if (do_qk) {
-        CopyShare s2{reinterpret_cast<const char*>(p.kv), 0u, 0, false, 0ull};
-        qk(j, draft_tag, [&](int kk) {
-          if (kk == 0) s2 = copy_share(j + AH);
-          if (kk >= MLAV_QK_FORM && kk - MLAV_QK_FORM < H1_PIECES) s2.piece(kk - MLAV_QK_FORM);
-        });
-      } else {
-        const CopyShare s2 = copy_share(j + AH);
-        for (int kk = 0; kk < H1_PIECES; ++kk) s2.piece(kk);
-      }
-    } else if (do_qk) {
-      qk(j, draft_tag, no_hook);
-    }
-    return;
-#endif
-    if (H1_PIECES > 0 && loads && !decltype(draft_tag)::value) {
+    if (!SPLIT && loads && !decltype(draft_tag)::value) {
       const CopyShare sh = copy_share(j + AH);
-#ifdef MLAV_PIECE_AT   // diagnostic builds: piece i at k-step LAG + STRIDE i (production: i)
-      constexpr int LAG = MLAV_PIECE_AT / 10, STRIDE = MLAV_PIECE_AT % 10;
-      static_assert(LAG + 4 * STRIDE < QK_STEPS, "every piece inside QK");
-      if (do_qk) qk(j, draft_tag, [&](int kk) { if (kk >= LAG && (kk - LAG) % STRIDE == 0) sh.piece((kk - LAG) / STRIDE); });
-#else
-      if (do_qk) qk(j, draft_tag, [&](int kk) { if (kk < H1_PIECES) sh.piece(kk); });
-#endif
+      if (do_qk) qk(j, draft_tag, [&](int kk) { sh.piece(kk); });
       else
-        for (int kk = 0; kk < QK_STEPS; ++kk)
-          if (kk < H1_PIECES) sh.piece(kk);
+        for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
     } else if (do_qk) {
       qk(j, draft_tag, no_hook);
     }
@@ -848,34 +800,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         if (cp)
           for (int i = 0; i < 10; ++i) sh.piece(i);
       }
-    } else if constexpr (H0PV) {
-      // (the copying PV is a copy of its own: a runtime test at each column step split PV's MMAs
-      // into blocks that ptxas scheduled apart, +3-6 % math alone in the first build)
-      if (do_sm) softmax(j);
-      half_bar();
-      if (cp) {
-        // pieces H1_PIECES .. 4 (half 1 issues the others in its QK), from column step H0PV_LAG on
-        constexpr int NP0 = 5 - H1_PIECES;
-#if MLAV_H0PV_FORM   // the share's address formed at column step 0, not before PV
-        CopyShare sh;
-        if (do_pv) {
-          pv(j, draft_tag, [&](int c) {
-            if (c == 0) sh = copy_share(j + AH);
-            if (c >= H0PV_LAG && c - H0PV_LAG < NP0) sh.piece(H1_PIECES + c - H0PV_LAG);
-          });
-        } else {
-          sh = copy_share(j + AH);
-          for (int i = H1_PIECES; i < 5; ++i) sh.piece(i);
-        }
-#else
-        const CopyShare sh = copy_share(j + AH);
-        if (do_pv) pv(j, draft_tag, [&](int c) { if (c >= H0PV_LAG && c - H0PV_LAG < NP0) sh.piece(H1_PIECES + c - H0PV_LAG); });
-        else
-          for (int i = H1_PIECES; i < 5; ++i) sh.piece(i);
-#endif
-      } else if (do_pv) {
-        pv(j, draft_tag, no_hook);
-      }
     } else {
       if (do_sm) softmax(j);
       half_bar();
@@ -885,32 +809,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   auto step1 = [&](int j, auto draft_tag) {
     top(j);
-#ifdef MLAV_H1_FORM   // diagnostic builds: fp8's half 1 forms its copy share at top(j) (1) or before
-    // its half barrier (2), off QK's path (its ~60 instructions of dependent shared loads and address
-    // arithmetic were 6 % of the full call's stall samples, rungs/ncu-fp8-centre-*)
-    if constexpr (COPY_AT == 2 && HALVES == 2 && FP8 && H1_PIECES > 0) {
-      const bool cpy = loads && !decltype(draft_tag)::value;
-      CopyShare sh{reinterpret_cast<const char*>(p.kv), 0u, 0, false, 0ull};
-      if (MLAV_H1_FORM == 1 && cpy) sh = copy_share(j + AH);
-      if (j > 0) {
-        if (do_sm) softmax(j - 1);
-        if (MLAV_H1_FORM == 2 && cpy) sh = copy_share(j + AH);
-        half_bar();
-        if (do_pv) pv(j - 1, draft_tag, no_hook);
-      } else if (MLAV_H1_FORM == 2 && cpy) {
-        sh = copy_share(j + AH);
-      }
-      if (cpy) {
-        if (do_qk) qk(j, draft_tag, [&](int kk) { if (kk < H1_PIECES) sh.piece(kk); });
-        else
-          for (int kk = 0; kk < 5; ++kk) sh.piece(kk);
-      } else if (do_qk) {
-        qk(j, draft_tag, no_hook);
-      }
-      cp_async_commit();
-      return;
-    }
-#endif
     if (j > 0) {                                          // the CTA barrier ordered xs(j-1)
       if (do_sm) softmax(j - 1);
       half_bar();
