@@ -88,8 +88,9 @@ NOISE_TIERS = (6, 8)
 # ...T1031-qk-form.json): half 1's pieces a k-step or two later or every other k-step
 # (-DMLAV_PIECE_AT), 5 or 4 tiles in flight instead of 6 (-DMLAV_AHEAD8), half 0 issuing them in its
 # PV (-DMLAV_H0PV_PIECES, _FORM), the halves splitting them (-DMLAV_H0PV_SPLIT), half 1 forming its
-# share early (-DMLAV_H1_FORM) or after QK's first ldmatrix (-DMLAV_QK_FORM): at best -1.3 to -2.6 %
-# on one shape and as much slower on another, up to +13 %; none kept (kernel/NOTES.md).
+# share early (-DMLAV_H1_FORM) or after QK's first ldmatrix (-DMLAV_QK_FORM): the first half-0 build
+# -1.1 to -2.6 % in one run (not repeated), the others within about 1 % or slower, up to +13 %; none
+# kept (kernel/NOTES.md).
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {

@@ -57,19 +57,18 @@ def test_readme_real_server_speed_is_the_canary_phase_3_shows():
     assert algo in _one(r"rank's attention, ([A-Z]+)[^)]*, 185,000 tokens").group(1)
 
 
-def test_readme_eagle_speed_is_the_eagle_canary_phase_3_lists():
-    """The second figure: EAGLE with its draft extend through the kernel, from the newest EAGLE
-    canary of that configuration in phase 3's per-configuration table (data.real_server's
-    _canaries)."""
-    m = _one(r"With EAGLE instead, its draft extend through the kernel too, ([\d.]+) against ([\d.]+) "
-             r"tokens/s \(`reports/data/([^`]+)`")
+def test_readme_dflash_speed_is_the_dflash_canary_phase_3_lists():
+    """The second figure: SGLang's DFLASH, from the newest DFLASH canary in phase 3's
+    per-configuration table (data.real_server's _canaries, newest first)."""
+    m = _one(r"With\s+DFLASH \(blocks of (\d+)\) instead, ([\d.]+) against ([\d.]+) tokens/s\s+"
+             r"\(`reports/data/([^`]+)`")
     doc = data.real_server(DATA)
-    eagle = [d for d in doc["_canaries"] if (d.get("algorithm") or "EAGLE") == "EAGLE" and data.real_draft_extend(d)]
-    assert eagle, "no EAGLE canary with the draft extend on in reports/data"
-    assert m.group(3) == Path(eagle[0]["_path"]).name
-    speed = eagle[0]["steps"]["canary"]["speed"]
-    assert m.group(1) == f"{speed['candidate']['median_tok_s']:.1f}"
-    assert m.group(2) == f"{speed['control']['median_tok_s']:.1f}" and speed["passed"] is True
+    dflash = [d for d in doc["_canaries"] if d.get("algorithm") == "DFLASH"]
+    assert dflash, "no DFLASH canary in reports/data"
+    assert m.group(4) == Path(dflash[0]["_path"]).name and m.group(1) == str(dflash[0]["block_size"])
+    speed = dflash[0]["steps"]["canary"]["speed"]
+    assert m.group(2) == f"{speed['candidate']['median_tok_s']:.1f}"
+    assert m.group(3) == f"{speed['control']['median_tok_s']:.1f}" and speed["passed"] is True
 
 
 def test_readme_sink_figures_are_the_newest_sink_check():
