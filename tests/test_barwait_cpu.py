@@ -33,3 +33,9 @@ def test_table_has_one_line_per_row():
     lines = barwait.table({"rows": [row, dict(row, half=0)]})
     assert len(lines) == 3 and lines[1].split()[:6] == ["bfloat16", "8", "8", "full", "1", "115.0"]
     assert lines[1].split()[6:11] == ["200", "10", "20", "30", "140"]
+
+
+def test_an_unknown_variant_is_named_before_any_gpu(capsys):
+    assert barwait.main(["--out", "x", "--variant", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--variant: 'nope'" in err and "copy_in_qk" in err

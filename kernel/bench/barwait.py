@@ -21,6 +21,7 @@ from .. import build
 from ..ops import TIERS, get_workspace, launch
 from .env import add_commit_arg, env_info, git_commit, write_json
 from .micro import MODE_NO_LOADS, MODE_NO_MERGE, MODE_NOISE_RING, shape_case
+from .overlap import VARIANTS
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
 
@@ -103,7 +104,6 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", default="", help="a diagnostic build of overlap.VARIANTS, counted instead of production")
     add_commit_arg(ap)
     a = ap.parse_args(argv)
-    from .overlap import VARIANTS
     if a.variant and a.variant not in VARIANTS:
         print(f"error: --variant: {a.variant!r} not among {sorted(VARIANTS)}", file=sys.stderr)
         return 2
