@@ -89,8 +89,9 @@ NOISE_TIERS = (6, 8)
 # (-DMLAV_PIECE_AT), 5 or 4 tiles in flight instead of 6 (-DMLAV_AHEAD8), half 0 issuing them in its
 # PV (-DMLAV_H0PV_PIECES, _FORM), the halves splitting them (-DMLAV_H0PV_SPLIT), half 1 forming its
 # share early (-DMLAV_H1_FORM) or after QK's first ldmatrix (-DMLAV_QK_FORM): the first half-0 build
-# -1.1 to -2.6 % in one run (not repeated), the others within about 1 % or slower, up to +13 %; none
-# kept (kernel/NOTES.md).
+# (commit 77afb6d, pieces from PV's column step 3) -0.7 to -2.6 % in three runs (...T1057-h0pv-repeat-
+# run{1,2}.json), not landed for want of device time for its guarantees; the others within about 1 %
+# or slower, up to +13 % (kernel/NOTES.md).
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
