@@ -92,11 +92,15 @@ def _text(path: Path) -> str:
     return gzip.decompress(path.read_bytes()).decode() if path.name.endswith(".gz") else path.read_text()
 
 
+# what reading a file through _text and json.loads raises when the file is not readable JSON
+_UNREADABLE = (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError)
+
+
 def _read(path: Path) -> dict:
     """A measurement file's JSON: an object with a top-level 'kind', or a MeasurementError."""
     try:
         doc = json.loads(_text(path))
-    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except _UNREADABLE as e:
         raise MeasurementError(f"{path}: not readable JSON ({e})") from None
     if not isinstance(doc, dict) or "kind" not in doc:
         raise MeasurementError(f"{path}: not a measurement (no top-level 'kind')")
@@ -164,7 +168,7 @@ def not_shown(data_dir: str | Path, shown: list[dict]) -> list[dict]:
     for path in _files(Path(data_dir)):
         try:
             doc = json.loads(_text(path))
-        except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError):
+        except _UNREADABLE:
             continue
         k = doc.get("kind") if isinstance(doc, dict) else None
         if not k or k in shown_kinds:

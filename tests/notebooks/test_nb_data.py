@@ -1,6 +1,7 @@
 """notebooks.data: picking the newest file of a kind, refusing bad or fixture data, tables."""
 from __future__ import annotations
 
+import gzip
 import json
 import math
 
@@ -22,7 +23,6 @@ def test_newest_is_latest_date_not_latest_name(tmp_path):
 
 
 def test_compressed_files_are_read_and_dated_with_the_plain_ones(tmp_path):
-    import gzip
     old, new = validation_doc("2026-12-01T00:00:00Z"), validation_doc("2026-12-03T00:00:00Z")
     old["commit"], new["commit"] = "old-compressed", "new-compressed"
     (tmp_path / "validation-a.json").write_text(json.dumps(validation_doc("2026-12-02T00:00:00Z")))
