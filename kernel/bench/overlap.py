@@ -90,8 +90,9 @@ NOISE_TIERS = (6, 8)
 # PV (-DMLAV_H0PV_PIECES, _FORM), the halves splitting them (-DMLAV_H0PV_SPLIT), half 1 forming its
 # share early (-DMLAV_H1_FORM) or after QK's first ldmatrix (-DMLAV_QK_FORM): the first half-0 build
 # (commit 77afb6d, pieces from PV's column step 3) -0.7 to -2.6 % in three runs (...T1057-h0pv-repeat-
-# run{1,2}.json), not landed for want of device time for its guarantees; the others within about 1 %
-# or slower, up to +13 % (kernel/NOTES.md).
+# run{1,2}.json), production on fp8 since (H0PV_AT = 3, its machine code equal to 77afb6d's build on
+# sm_90; h0pv_off is the production before it); the others within about 1 % or slower, up to +13 %
+# (kernel/NOTES.md).
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -103,6 +104,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=2"), (8,)),
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
+    "h0pv_off": (("MLAV_NO_H0PV",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

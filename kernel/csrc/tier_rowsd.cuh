@@ -86,6 +86,16 @@ constexpr int SPLIT_COPIES_BF16 = MLAV_SPLIT_COPIES, SPLIT_COPIES_FP8 = MLAV_SPL
 #else
 constexpr int SPLIT_COPIES_BF16 = 3, SPLIT_COPIES_FP8 = 0;
 #endif
+// fp8 rows64d (H0_LAG = 0, COPY_AT = 2): K >= 0 gives half 0 the late copies, piece i at the top
+// of its PV(j)'s column step K + i, and half 1 none; -1 leaves them to half 1's QK. Production 3:
+// the copies cost whichever half issues them 160-450 clocks a tile and half 1 is fp8's longer
+// path, so half 0's PV takes them (-0.7 % at the centre, -1.3 to -2.6 % at T = 16, 32 in three
+// runs; kernel/bench/overlap.py, kernel/NOTES.md). -DMLAV_NO_H0PV: -1, the production before
+#ifdef MLAV_NO_H0PV
+constexpr int H0PV_AT_FP8 = -1;
+#else
+constexpr int H0PV_AT_FP8 = 3;
+#endif
 
 template <int HALVES, bool FP8 = false>
 struct Layout {
@@ -296,8 +306,12 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   static_assert(COPY32_AT == 0 || COPY_AT != 0, "rows32d's copies in QK need the two groups a step");
   // copies outside top: half 1 of rows64d (COPY_AT 1, 2), rows32d with COPY32_AT = 2
   constexpr bool LATE_COPIES = HALVES == 2 ? COPY_AT != 0 : COPY32_AT == 2;
-  // SPLIT_COPIES: half 0 issues the late copies (in the step of H0_LAG only), half 1 none
-  constexpr bool SPLIT = HALVES == 2 && H0_LAG && SPLIT_COPIES && LATE_COPIES;
+  // half 0 issues the late copies, half 1 none: SPLIT_COPIES in the step of H0_LAG (bf16), H0PV
+  // in the classic step (fp8, PV's column steps H0PV_AT .. + 4)
+  constexpr int H0PV_AT = H0PV_AT_FP8;
+  constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && COPY_AT == 2 && H0PV_AT >= 0;
+  static_assert(H0PV_AT + 4 < 8, "H0PV_AT: every piece inside PV's 8 column steps");
+  constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3, "SPLIT_COPIES: 0, 2 or 3");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
@@ -800,6 +814,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         if (cp)
           for (int i = 0; i < 10; ++i) sh.piece(i);
       }
+    } else if constexpr (H0PV) {
+      // tile j + AH's copies (fp8's five pieces, CopyShare) between PV(j)'s column steps
+      if (do_sm) softmax(j);
+      half_bar();
+      const CopyShare sh = copy_share(cp ? j + AH : 0);
+      if (do_pv) pv(j, draft_tag, [&](int c) { if (cp && c >= H0PV_AT && c - H0PV_AT < 5) sh.piece(c - H0PV_AT); });
+      else if (cp)
+        for (int i = 0; i < 5; ++i) sh.piece(i);
     } else {
       if (do_sm) softmax(j);
       half_bar();
