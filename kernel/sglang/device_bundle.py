@@ -146,6 +146,11 @@ def probe(out_path: str) -> None:
         spec = backend_check.Spec(f"probe-p{page}", heads=8, draft=4, page=page, graph_bs=4, capture=(70, 3),
                                   replay=(40,), control=True, layers=2)
         backend_check.run_case(spec, model_dir, device="cpu", cuda_graph=False, timing=False)
+    # the production cases' verify inputs (spec_inputs imports DFLASH's from SGLang only when asked)
+    for algo, budget in (("DFLASH", None), ("DDTREE", 8)):
+        spec = backend_check.Spec(f"probe-{algo.lower()}", heads=8, draft=4, page=1, graph_bs=2, capture=(40, 9),
+                                  replay=(30,), control=True, layers=2, algorithm=algo, budget=budget)
+        backend_check.run_case(spec, model_dir, device="cpu", cuda_graph=False, timing=False)
     backend_check.adaptive_scratch(model_dir, device="cpu", cuda_graph=False)
     # stage dcp-sim: SGLang's DCP sharding helpers (timing and the float64 oracle need no SGLang)
     from . import dcp_sim

@@ -19,6 +19,8 @@ def test_probe_runs_the_gpu_checks_code_with_cuda_import_branches():
     found = db.run_probe()
     assert found["standins_called"] == [] and found["standins_ran"] == []
     assert "sglang.srt.layers.attention.triton_backend" in found["sglang_modules"]
+    # the sglang-backend stage's DFLASH cases build SGLang's own verify input (a device run lacked it)
+    assert "sglang.srt.speculative.dflash_info" in found["sglang_modules"]
     # stage dcp-sim shards with SGLang's own DCP helpers
     assert {"sglang.srt.layers.dcp.layout", "sglang.kernels.ops.attention.dcp_kernels"} <= set(found["sglang_modules"])
     carried = {n for n in found["distributions"] if n not in db.GPU_HAS | db.NOT_CARRIED}
