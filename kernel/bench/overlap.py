@@ -105,9 +105,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
     "h0pv_off": (("MLAV_NO_H0PV",), (8,)),
-    # fp8 rows64d: the copy share's bounds without n_main and branch-free; 2: formed in PV's step 0
-    "share_bf": (("MLAV_SHARE_BF",), (8,)),
-    "share_bf_pv0": (("MLAV_SHARE_BF=2",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

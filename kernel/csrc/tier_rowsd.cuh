@@ -719,12 +719,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((t % IDX_WIN) * BN + tok) * 8);
     const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;
     if constexpr (FP8) {
-#ifdef MLAV_SHARE_BF   // diagnostic builds: pos < min(p1, S) implies t < n_main (n_main's tiles cover
-      // [p0, min(p1, S))), so the bounds are two compares of values already read, and no branch
+      // pos < min(p1, S) implies t < n_main (n_main's tiles cover [p0, min(p1, S))): two compares
+      // of the item's fields, no n_main and no branch; ~1 % faster at T = 8-32 than with the test
+      // of t (kernel/NOTES.md; four runs, rungs/overlap-fp8-h200-20261204T125[67]*.json)
       const bool ok = (pos < it.p1) & (pos < it.S);
-#else
-      const bool ok = t < n_main() && pos < it.p1 && pos < it.S;
-#endif
       c.src = reinterpret_cast<const char*>(ok ? p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride : p.kv8) + part * 16;
       c.bytes = ok ? 16 : 0;
       c.dd = smem_u32(ring8 + (t % Lo::KST) * Lo::STAGE8 + tok * Lo::ROW8 + part * 16);
@@ -823,22 +821,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // tile j + AH's copies (fp8's five pieces, CopyShare) between PV(j)'s column steps
       if (do_sm) softmax(j);
       half_bar();
-#if defined(MLAV_SHARE_BF) && MLAV_SHARE_BF == 2   // diagnostic builds: the share formed in PV's column step 0
-      CopyShare sh{};
-      if (do_pv) pv(j, draft_tag, [&](int c) {
-        if (c == 0) sh = copy_share(cp ? j + AH : 0);
-        if (cp && c >= H0PV_AT && c - H0PV_AT < 5) sh.piece(c - H0PV_AT);
-      });
-      else if (cp) {
-        sh = copy_share(j + AH);
-        for (int i = 0; i < 5; ++i) sh.piece(i);
-      }
-#else
       const CopyShare sh = copy_share(cp ? j + AH : 0);
       if (do_pv) pv(j, draft_tag, [&](int c) { if (cp && c >= H0PV_AT && c - H0PV_AT < 5) sh.piece(c - H0PV_AT); });
       else if (cp)
         for (int i = 0; i < 5; ++i) sh.piece(i);
-#endif
     } else {
       if (do_sm) softmax(j);
       half_bar();
