@@ -92,7 +92,10 @@ NOISE_TIERS = (6, 8)
 # (commit 77afb6d, pieces from PV's column step 3) -0.7 to -2.6 % in three runs (...T1057-h0pv-repeat-
 # run{1,2}.json), production on fp8 since (H0PV_AT = 3, its machine code equal to 77afb6d's build on
 # sm_90; h0pv_off is the production before it); the others within about 1 % or slower, up to +13 %
-# (kernel/NOTES.md).
+# (kernel/NOTES.md). Then (2026-12-04, third session; commit 3591b83's -DMLAV_SHARE_BF, rungs/overlap-
+# fp8-h200-20261204T1256-share.json and ...T1257-share-bf-run{1,2,3}.json): the share's bounds as two
+# compares without n_main and no branch, -0.3 to -2.1 % in four runs, production since; the share formed
+# in PV's column step 0 (=2) +0.5 to +1.5 %, deleted.
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
