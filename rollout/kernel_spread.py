@@ -1,6 +1,7 @@
 """The verify kernel's measured bf16 spread, quoted beside the numerics gate's thresholds.
 
-Read from the newest `validation-*.json` in reports/data (kernel.gpu_run writes it): per case
+Read from the newest validation file in reports/data (`validation-*.json`, which kernel.gpu_run
+writes, or a superseded one kept as `validation-*.json.gz`; newest by its recorded date): per case
 the attention output's relative error against the float64 oracle, and for the SGLang
 comparison cases SGLang's own Triton kernel's error and the kernel-vs-SGLang difference. The
 numbers say how far apart two correct bf16 kernels are per attention call; they are context
@@ -8,6 +9,7 @@ for the gate's logprob thresholds, which are not derived from them (rollout.nume
 """
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
 from pathlib import Path
@@ -26,10 +28,12 @@ def bf16_spread(data_dir: str | Path = DATA_DIR) -> dict | None:
     """{"file", "date", "gpu", "kernel_vs_oracle", "sglang_vs_oracle", "kernel_vs_sglang",
     "max_prefix_tokens"} from the newest validation file; None when there is none."""
     found = []
-    for p in Path(data_dir).glob("validation-*.json"):
+    for p in sorted(Path(data_dir).glob("validation-*.json*")):
+        if not p.name.endswith((".json", ".json.gz")):
+            continue
         try:
-            d = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
+            d = json.loads(gzip.decompress(p.read_bytes()) if p.name.endswith(".gz") else p.read_bytes())
+        except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError):
             continue
         if d.get("kind") == "validation":
             found.append((str(d.get("date", "")), p, d))

@@ -83,3 +83,20 @@ def test_measured_bf16_spread_is_read_from_the_validation_json():
     assert s is not None and s["file"].startswith("validation-")
     assert s["kernel_vs_oracle"]["cases"] > 100 and s["kernel_vs_oracle"]["max"] < 0.01
     assert s["max_prefix_tokens"] >= 185000
+
+
+def test_bf16_spread_reads_a_compressed_validation_file_by_its_date(tmp_path):
+    """Superseded validation files are kept gzip-compressed; the newest by recorded date wins,
+    compressed or not, and an unreadable file is passed over."""
+    import gzip
+    import json
+
+    from rollout.kernel_spread import bf16_spread
+    case = {"rel_err": 1e-3, "prefix_lens": [4096]}
+    old = {"kind": "validation", "date": "2026-12-01T00:00:00", "gpu": "old", "cases": [case]}
+    new = {"kind": "validation", "date": "2026-12-04T00:00:00", "gpu": "new", "cases": [case, case]}
+    (tmp_path / "validation-h200-a.json").write_text(json.dumps(old))
+    (tmp_path / "validation-h200-b.json.gz").write_bytes(gzip.compress(json.dumps(new).encode()))
+    (tmp_path / "validation-h200-c.json.gz").write_bytes(b"not gzip")
+    s = bf16_spread(tmp_path)
+    assert (s["file"], s["gpu"], s["kernel_vs_oracle"]["cases"]) == ("validation-h200-b.json.gz", "new", 2)
