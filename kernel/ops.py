@@ -66,7 +66,10 @@ FP8_LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 # model at DDTree's 136 / 264 / 520 rows (160 / 288 / 544 against 192 / 320 / 576 padded), so small8
 # keeps D = 17 (83 %) and rows64d's copy takes D = 33 (90 %) and 65 (94 %), as the model ranks them
 # measured at those shapes (sm120-model-from-h200-20261203T1003.json) and as the H200 does, by wider
-# margins at 33 and 65 (micro-h200-20261203T1003.json)
+# margins at 33 and 65 (micro-h200-20261203T1003.json). Since half 0 issues rows64d's fp8 copies (its
+# math alone now carries their setup) the model has the two within 1.3 % at D = 33 and 65, a tie
+# (sm120-model-from-h200-20261204T1310.json, sm120_estimate.TIE), and on the H200 the copy takes 20 %
+# and 27 % less time there, so it keeps them
 SMALL8_PADDED_PERCENT = 85
 
 
