@@ -6,14 +6,14 @@ throughputs TFLOP/s (1e12 FLOP/s), intensities FLOP per byte.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import re
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+
+from kernel.bench import data_files
 
 from .glossary import IMPL_LABELS, VARIANT_LABELS
 
@@ -80,27 +80,11 @@ def _date(doc: dict, path) -> datetime:
     return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
 
 
-# Superseded measurement files may be kept gzip-compressed (`name.json.gz`, the same JSON): the
-# validation files are ~0.9 MB each, and the working tree a device call carries beside the server
-# bundle must stay under its 64 MiB (kernel/sglang/server_bundle.py's budget)
-def _files(data_dir: Path):
-    """data_dir's measurement files, plain and gzip-compressed, in name order."""
-    return sorted(list(data_dir.glob("*.json")) + list(data_dir.glob("*.json.gz")), key=lambda p: p.name)
-
-
-def _text(path: Path) -> str:
-    return gzip.decompress(path.read_bytes()).decode() if path.name.endswith(".gz") else path.read_text()
-
-
-# what reading a file through _text and json.loads raises when the file is not readable JSON
-_UNREADABLE = (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError)
-
-
 def _read(path: Path) -> dict:
     """A measurement file's JSON: an object with a top-level 'kind', or a MeasurementError."""
     try:
-        doc = json.loads(_text(path))
-    except _UNREADABLE as e:
+        doc = data_files.read_json(path)
+    except data_files.UNREADABLE as e:
         raise MeasurementError(f"{path}: not readable JSON ({e})") from None
     if not isinstance(doc, dict) or "kind" not in doc:
         raise MeasurementError(f"{path}: not a measurement (no top-level 'kind')")
@@ -129,7 +113,7 @@ def load_all(data_dir: str | Path, kind: str | None = None) -> list[dict]:
     if not data_dir.is_dir():
         raise MeasurementError(f"data_dir: no such directory: {str(data_dir)!r}")
     docs = []
-    for path in _files(data_dir):
+    for path in data_files.files(data_dir):
         doc = _read(path)
         if kind is not None and doc["kind"] != kind:
             continue
@@ -165,10 +149,10 @@ def not_shown(data_dir: str | Path, shown: list[dict]) -> list[dict]:
     the kinds that need them to report."""
     newest_of: dict[str, tuple[str, str]] = {}
     shown_kinds = {d["kind"] for d in shown}
-    for path in _files(Path(data_dir)):
+    for path in data_files.files(data_dir):
         try:
-            doc = json.loads(_text(path))
-        except _UNREADABLE:
+            doc = data_files.read_json(path)
+        except data_files.UNREADABLE:
             continue
         k = doc.get("kind") if isinstance(doc, dict) else None
         if not k or k in shown_kinds:

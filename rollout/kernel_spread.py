@@ -9,10 +9,10 @@ for the gate's logprob thresholds, which are not derived from them (rollout.nume
 """
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 from pathlib import Path
+
+from kernel.bench import data_files
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "reports" / "data"
 
@@ -28,12 +28,10 @@ def bf16_spread(data_dir: str | Path = DATA_DIR) -> dict | None:
     """{"file", "date", "gpu", "kernel_vs_oracle", "sglang_vs_oracle", "kernel_vs_sglang",
     "max_prefix_tokens"} from the newest validation file; None when there is none."""
     found = []
-    for p in sorted(Path(data_dir).glob("validation-*.json*")):
-        if not p.name.endswith((".json", ".json.gz")):
-            continue
+    for p in data_files.files(data_dir, "validation-"):
         try:
-            d = json.loads(gzip.decompress(p.read_bytes()) if p.name.endswith(".gz") else p.read_bytes())
-        except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError):
+            d = data_files.read_json(p)
+        except data_files.UNREADABLE:
             continue
         if d.get("kind") == "validation":
             found.append((str(d.get("date", "")), p, d))
