@@ -96,6 +96,10 @@ NOISE_TIERS = (6, 8)
 # fp8-h200-20261204T1256-share.json and ...T1257-share-bf-run{1,2,3}.json): the share's bounds as two
 # compares without n_main and no branch, -0.3 to -2.1 % in four runs, production since; the share formed
 # in PV's column step 0 (=2) +0.5 to +1.5 %, deleted.
+# Measured and deleted (2026-12-04, fourth session; commit ae4e700's -DMLAV_PIECE_IMM, three runs a pool,
+# rungs/overlap*-h200-20261204T141[89]-piece-imm-run{1,2,3}.json): rows64d's copy pieces at immediate
+# offsets of one base pair (a switch on the piece), bit-equal: fp8 -1.0 % at T = 8 but +0.4 % at T = 16
+# and +0.7 % at T = 32 (math alone +0.2 to +0.9 %, the loads alone +2.4 % at T = 16, 32); bf16 a tie.
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -108,8 +112,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
     "h0pv_off": (("MLAV_NO_H0PV",), (8,)),
-    # rows64d: each copy piece at an immediate offset of one base (CopyShare, both pools)
-    "piece_imm": (("MLAV_PIECE_IMM",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

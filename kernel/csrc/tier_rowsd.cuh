@@ -708,23 +708,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     uint64_t pol;
     __device__ __forceinline__ void piece(int i) const {
       constexpr int NP = FP8 ? CHUNKS8 / 8 : CHUNKS / 8;
-#ifdef MLAV_PIECE_IMM   // diagnostic builds: piece i at an immediate offset of the one base pair (in the
-      // PV hook's code ptxas formed each piece's 64-bit source address up front, 2 instructions
-      // and 2 registers a piece)
-      if (i < NP || (FP8 && i == NP && last)) switch (i) {
-        case 0: cp_async16_at<0>(dd, src, bytes, pol); break;
-        case 1: cp_async16_at<128>(dd, src, bytes, pol); break;
-        case 2: cp_async16_at<256>(dd, src, bytes, pol); break;
-        case 3: cp_async16_at<384>(dd, src, bytes, pol); break;
-        case 4: cp_async16_at<512>(dd, src, bytes, pol); break;
-        case 5: cp_async16_at<640>(dd, src, bytes, pol); break;
-        case 6: cp_async16_at<768>(dd, src, bytes, pol); break;
-        case 7: cp_async16_at<896>(dd, src, bytes, pol); break;
-        case 8: cp_async16_at<1024>(dd, src, bytes, pol); break;
-      }
-#else
       if (i < NP || (FP8 && i == NP && last)) cp_async16_hint(dd + 128 * i, src + 128 * i, bytes, pol);
-#endif
     }
   };
   // past the prefix (fp8) or the range the pieces zero-fill a stage no one reads until it is refilled
