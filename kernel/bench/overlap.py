@@ -112,6 +112,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
     "h0pv_off": (("MLAV_NO_H0PV",), (8,)),
+    # rows64d: half 1 forms half 0's copy share a step ahead, half 0 reads a 16-byte record (both pools)
+    "h1_share": (("MLAV_H1_SHARE",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
