@@ -100,6 +100,11 @@ NOISE_TIERS = (6, 8)
 # rungs/overlap*-h200-20261204T141[89]-piece-imm-run{1,2,3}.json): rows64d's copy pieces at immediate
 # offsets of one base pair (a switch on the piece), bit-equal: fp8 -1.0 % at T = 8 but +0.4 % at T = 16
 # and +0.7 % at T = 32 (math alone +0.2 to +0.9 %, the loads alone +2.4 % at T = 16, 32); bf16 a tie.
+# Measured and deleted (same session; commit 880419a's -DMLAV_H1_SHARE, two runs a pool,
+# rungs/overlap*-h200-20261204T1437-h1-share-run{1,2}.json, barwait T1438): half 1 forming half 0's
+# copy share a step ahead into a 16-byte record, bit-equal: full call +2.6 to +4.4 % on fp8, +6 / +7 %
+# on bf16 (centre, T = 32): half 0's busy clocks fell 142 a tile on fp8 and not at all on bf16, half 1's
+# rose 312 / 337, and it became the longer path.
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -112,8 +117,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
     "h0pv_off": (("MLAV_NO_H0PV",), (8,)),
-    # rows64d: half 1 forms half 0's copy share a step ahead, half 0 reads a 16-byte record (both pools)
-    "h1_share": (("MLAV_H1_SHARE",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

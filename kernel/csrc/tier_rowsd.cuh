@@ -97,18 +97,6 @@ constexpr int H0PV_AT_FP8 = -1;
 constexpr int H0PV_AT_FP8 = 3;
 #endif
 
-// rows64d (diagnostic builds, -DMLAV_H1_SHARE): half 1 forms half 0's copy share of tile j + 1 +
-// AHEAD (slot id, 64-bit source, stage address) at the end of its step j and leaves it in shared
-// memory, so half 0, the longer path by 210-250 clocks a tile (barwait), reads one 16-byte record
-// in its step j + 1 instead of forming it after its half barrier. fp8 then copies slot ids one tile
-// earlier (IDX_AHEAD = AHEAD + 1: a tile's ids must have landed one step before half 0's copies)
-// and its prologue copies tile AHEAD too (half 0's step 0 has no record to read)
-#ifdef MLAV_H1_SHARE
-constexpr bool H1_SHARE = true;
-#else
-constexpr bool H1_SHARE = false;
-#endif
-
 template <int HALVES, bool FP8 = false>
 struct Layout {
   static constexpr int BM = 32 * HALVES;               // query rows per CTA
@@ -123,7 +111,7 @@ struct Layout {
   // a tile's slot ids are copied IDX_AHEAD iterations before its loads read them, in the group
   // of iteration t - AHEAD - IDX_AHEAD; the loads' wait at iteration t - AHEAD has completed
   // groups up to that one only if IDX_AHEAD >= AHEAD (bf16 keeps 4, its measured machine code)
-  static constexpr int IDX_AHEAD = FP8 ? AHEAD + (H1_SHARE && HALVES == 2 ? 1 : 0) : rowsd::IDX_AHEAD;
+  static constexpr int IDX_AHEAD = FP8 ? AHEAD : rowsd::IDX_AHEAD;
   static constexpr int ROW8 = D + 16;                  // fp8: a stage row, 37 16-byte groups
   static constexpr int STAGE8 = BN * ROW8;
   static constexpr int XS_BYTES = WARPS * 4 * 32 * 16; // partial S: [warp][row group][lane] float4
@@ -141,8 +129,7 @@ struct Layout {
   static constexpr int OFF_IDX = (OFF_LSE + BM * 4 + 15) / 16 * 16;   // [IDX_WIN][BN] slot ids, 8 B each
   static constexpr int OFF_ITEM = OFF_IDX + IDX_WIN * BN * 8;        // this CTA's Item
   static constexpr int OFF_FP8 = OFF_ITEM + (int)((sizeof(Item) + 15) / 16 * 16);   // fp8: n_main, pscale
-  static constexpr int OFF_SHR = OFF_FP8 + (FP8 ? 16 : 0);   // H1_SHARE: [tile parity][128] uint4 records
-  static constexpr int SMEM = OFF_SHR + (H1_SHARE && HALVES == 2 ? 2 * 128 * 16 : 0);
+  static constexpr int SMEM = OFF_FP8 + (FP8 ? 16 : 0);
   static constexpr int MIN_BLOCKS = HALVES == 1 ? 2 : 1;
   static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
   static_assert(BM * OSTRIDE * 2 <= RING, "the output staging reuses the ring");
@@ -325,10 +312,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && COPY_AT == 2 && H0PV_AT >= 0;
   static_assert(H0PV_AT + 4 < 8, "H0PV_AT: every piece inside PV's 8 column steps");
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
-  // half 1 forms half 0's shares (H1_SHARE); fp8's prologue then copies tile AH as well, in the
-  // group of tile AH - 1 (so the waits' group counts hold), and half 0's step 0 copies nothing
-  constexpr bool H1S = H1_SHARE && SPLIT;
-  constexpr int PRO = AH + (H1S && FP8 ? 1 : 0);          // tiles the prologue copies
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3, "SPLIT_COPIES: 0, 2 or 3");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
@@ -368,18 +351,16 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // Every tile's slot ids are loaded before any copy: a tile's copies wait on its id load, and with
   // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue 7.84 ->
   // 6.75 us, fp8 T = 1's 6.72 -> 4.99: trace-h200-20261203T1724.json against ...T1935.json)
-  long long slot0[PRO];
+  long long slot0[AH];
 #pragma unroll
-  for (int t = 0; t < PRO; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
+  for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
 #pragma unroll
-  for (int t = 0; t < PRO; ++t) {
+  for (int t = 0; t < AH; ++t) {
     if (loads && t < n_tiles) load(t, slot0[t]);
     if (t == 0 && loads)
       for (int k = AH; k < AH + Lo::IDX_AHEAD; ++k) ids.copy_index(k);
-    if (t < AH - 1 || t == PRO - 1) {
-      cp_async_commit();
-      if (COPY_AT) cp_async_commit();                     // two groups a tile, as in the loop
-    }
+    cp_async_commit();
+    if (COPY_AT) cp_async_commit();                       // two groups a tile, as in the loop
   }
   // fp8: q as f16 times 2^-qe (e4m3.cuh), qe per CTA; 2^qe and the e4m3 convert's 2^KV16_SHIFT go
   // into the prefix logits' scale, pscale_s
@@ -757,19 +738,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     return c;
   };
-  // H1_SHARE: half 1's thread k leaves tile t's share for half 0's thread k (the same token and
-  // part) in record buffer b, which half 0 reads a step later, past the CTA barrier between
-  uint4* shr = reinterpret_cast<uint4*>(smem + Lo::OFF_SHR);
-  auto put_share = [&](int t, int b) {
-    const CopyShare c = copy_share(t);
-    const unsigned long long a = reinterpret_cast<unsigned long long>(c.src);
-    shr[b * 128 + (tid & 127)] = make_uint4((uint32_t)a, (uint32_t)(a >> 32), c.dd, (uint32_t)c.bytes);
-  };
-  auto get_share = [&](int b) {
-    const uint4 v = shr[b * 128 + (tid & 127)];
-    return CopyShare{reinterpret_cast<const char*>(((unsigned long long)v.y << 32) | v.x), v.z, (int)v.w,
-                     FP8 && (tid & 7) < CHUNKS8 % 8, policy_kv(evict_first)};
-  };
   MLAV_BW(unsigned bw_data = 0, bw_cta = 0, bw_half = 0, bw_tiles = 0);
   auto half_bar = [&]() {
     MLAV_BW(const unsigned t0 = clock());
@@ -828,7 +796,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // runs tile 0)
       // SPLIT: tile j + AH's copies at PV's column steps (2: piece c; 3: piece c - 1 from c = 1,
       // and 7 too at c = 7; piece 8 at c = 7)
-      const CopyShare sh = H1S ? get_share(j & 1) : copy_share(cp ? j + AH : 0);
+      const CopyShare sh = copy_share(cp ? j + AH : 0);
       if (do_pv) {
         SmState st;
         pv(j - 1, draft_tag, [&](int c) {
@@ -853,10 +821,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // tile j + AH's copies (fp8's five pieces, CopyShare) between PV(j)'s column steps
       if (do_sm) softmax(j);
       half_bar();
-      const bool cpj = cp && (!H1S || j > 0);             // (H1S: the prologue copied tile AH)
-      const CopyShare sh = H1S ? get_share(j & 1) : copy_share(cp ? j + AH : 0);
-      if (do_pv) pv(j, draft_tag, [&](int c) { if (cpj && c >= H0PV_AT && c - H0PV_AT < 5) sh.piece(c - H0PV_AT); });
-      else if (cpj)
+      const CopyShare sh = copy_share(cp ? j + AH : 0);
+      if (do_pv) pv(j, draft_tag, [&](int c) { if (cp && c >= H0PV_AT && c - H0PV_AT < 5) sh.piece(c - H0PV_AT); });
+      else if (cp)
         for (int i = 0; i < 5; ++i) sh.piece(i);
     } else {
       if (do_sm) softmax(j);
@@ -881,10 +848,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       qk_copying(j, draft_tag);
     } else {
       if (do_qk) qk(j, draft_tag, no_hook);
-    }
-    // H1S: half 0's share of tile j + 1 + AH (its ids landed by top(j): IDX_AHEAD > AH on fp8)
-    if constexpr (H1S) {
-      if (loads && !decltype(draft_tag)::value) put_share(j + 1 + AH, (j + 1) & 1);
     }
     if (COPY_AT) cp_async_commit();
   };
