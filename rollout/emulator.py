@@ -192,7 +192,7 @@ class Emulator:
             "speed_model": self.speed.describe(), "accept_length": self.accept_length,
             "prefill_tok_s": a.prefill_tok_s,
             "model_path": a.model_path, "served_model_name": a.model_path, "attention_backend": "triton",
-            "page_size": 1, "tp_size": self.ranks,
+            "page_size": 1, "tp_size": self.ranks, "kv_cache_dtype": a.kv_cache_dtype,
             "context_length": 200000, "speculative_algorithm": a.speculative_algorithm,
             "speculative_num_draft_tokens": a.draft_tokens, "host": a.host, "port": a.port,
             "enable_metrics": a.enable_metrics,
@@ -440,6 +440,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plugin", action="store_true", help="leave out the mla-verify plugin's metrics")
     p.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` as SGLang does")
     p.add_argument("--model-path", default="emulated/Kimi-K2")
+    p.add_argument("--kv-cache-dtype", default="auto",
+                   help="the KV pool reported in server_info, as SGLang echoes its flag (no effect on speed or tokens)")
     p.add_argument("--verbose", action="store_true")
     return p
 

@@ -4,7 +4,8 @@ wrapper, so the real-server job's orchestration runs on a machine without a GPU 
 The wrapper execs `python -m kernel.sglang.real_server.emulated_server -m sglang.launch_server
 <SGLang's flags>` (or, for <root>/bin/sglang, `-c <the console script's code> serve <flags>`); this reads the flags the emulator understands (--host, --port,
 --model-path, --api-key, the speculative algorithm and the tokens it verifies per request:
-DFLASH's block, else EAGLE's draft tokens), takes the arm from MLA_VERIFY_BACKEND as a real server's plugin
+DFLASH's block, else EAGLE's draft tokens; --kv-cache-dtype, which the emulator reports in
+/server_info as SGLang does), takes the arm from MLA_VERIFY_BACKEND as a real server's plugin
 does, and execs `python -m rollout.emulator` in the same process (so the local launcher's
 SIGTERM reaches it). MLA_VERIFY_PLANTED_FAULT=1 on the flash arm becomes the emulator's
 `corrupt_verify` fault (a wrong verify path, right prefill): what the planted plugin does to
@@ -38,7 +39,7 @@ def emulator_argv(argv: list[str], env: dict) -> list[str]:
         rest = rest[1:]
     p = argparse.ArgumentParser(add_help=False)
     for flag in ("--host", "--port", "--model-path", "--api-key", "--speculative-algorithm",
-                 "--speculative-num-draft-tokens", "--speculative-dflash-block-size"):
+                 "--speculative-num-draft-tokens", "--speculative-dflash-block-size", "--kv-cache-dtype"):
         p.add_argument(flag)
     known, _ = p.parse_known_args(rest)
     arm = (env.get("MLA_VERIFY_BACKEND") or "triton").strip().lower()
@@ -53,6 +54,8 @@ def emulator_argv(argv: list[str], env: dict) -> list[str]:
     tokens = known.speculative_dflash_block_size or known.speculative_num_draft_tokens
     if tokens:
         out += ["--draft-tokens", tokens]
+    if known.kv_cache_dtype:
+        out += ["--kv-cache-dtype", known.kv_cache_dtype]
     if known.api_key:
         out += ["--api-key", known.api_key]
     if env.get("MLA_VERIFY_PLANTED_FAULT") == "1" and arm == "flash":
