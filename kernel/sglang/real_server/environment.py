@@ -26,7 +26,8 @@ dist-info: the rollout tool passes its own environment through to the servers it
 default one does): the console script's own call, `sglang.cli.main.main()` (SERVE_CODE), since
 `python -m sglang.cli.main` runs that module without calling main() and exits at once.
 With `emulate`, the wrapper runs rollout's emulator instead (emulated_server.py): the job's
-orchestration on a machine without a GPU.
+orchestration on a machine without a GPU. The KV pool is a flag, not the environment: the
+runtime inventory's [launch] extra_args carry `--kv-cache-dtype fp8_e4m3` for an fp8 run.
 """
 from __future__ import annotations
 
@@ -47,8 +48,24 @@ EXAMPLE_INVENTORY = ROOT / "rollout" / "inventory.h200-local.toml"
 ALGORITHMS = ("EAGLE", "DFLASH")
 EXAMPLES = {"EAGLE": EXAMPLE_INVENTORY, "DFLASH": ROOT / "rollout" / "inventory.h200-local-dflash.toml"}
 DEFAULT_ROOTS = {"EAGLE": DEFAULT_ROOT, "DFLASH": Path("/tmp/mla-real-server-dflash")}
+# SGLang's KV pools the kernel reads (kernel/sglang/strict.py SERVED_KV): auto (the model's bf16,
+# the examples' launch as measured) or fp8_e4m3 (what a Kimi-K2.6 deployment may run). fp8 is the
+# algorithm's example with `--kv-cache-dtype fp8_e4m3` on both arms' command line, under its own
+# root and on its own ports, so a bf16 fleet of the same algorithm can stay up beside it
+KV_DTYPES = ("auto", "fp8_e4m3")
+FP8_PORT_SHIFT = 4    # past both bf16 examples (30000-30003): EAGLE fp8 30004-30005, DFLASH fp8 30006-30007
 DFLASH_BLOCK = 16     # the block of DFlash's published drafts (z-lab's *-DFlash-b16)
 EXTRA_PATH_ENV = "MLA_VERIFY_EXTRA_PYTHONPATH"
+
+
+def default_root(algorithm: str, kv_cache_dtype: str = "auto") -> Path:
+    """The state root of one configuration: the algorithm's, with -fp8 for the fp8_e4m3 pool."""
+    root = DEFAULT_ROOTS[algorithm]
+    return root if kv_cache_dtype == "auto" else root.with_name(root.name + "-fp8")
+
+
+def kv_words(kv_cache_dtype: str) -> str:
+    return "fp8_e4m3 KV pool" if kv_cache_dtype == "fp8_e4m3" else "bf16 KV pool (--kv-cache-dtype auto)"
 SERVER_ENV = {
     "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
     "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python",
@@ -100,8 +117,15 @@ class Paths:
         return self.root / "models" / f"L{layers}-dflash-b{block_size}"
 
     @property
-    def algorithm_file(self) -> Path:   # the algorithm this root serves (written by setup)
+    def algorithm_file(self) -> Path:   # the configuration this root serves (written by setup; served())
         return self.root / "algorithm.json"
+
+    def served(self) -> dict | None:
+        """{"algorithm", "block_size", "kv_cache_dtype"} this root serves, None before setup. A
+        marker written before --kv-cache-dtype has no kv_cache_dtype: that root served auto."""
+        if not self.algorithm_file.exists():
+            return None
+        return {"kv_cache_dtype": "auto", **json.loads(self.algorithm_file.read_text())}
 
     @property
     def inventory(self) -> Path:
@@ -239,12 +263,19 @@ def parse_override(text: str) -> tuple[str, object]:
 
 
 def runtime_inventory(paths: Paths, layers: int, *, algorithm: str = "EAGLE", block_size: int | None = None,
-                      example: Path | None = None, ports=None, gates=None, settings=None) -> dict:
+                      kv_cache_dtype: str = "auto", example: Path | None = None, ports=None, gates=None,
+                      settings=None) -> dict:
     """The repository's example inventory of `algorithm` (EXAMPLES) with this root's paths,
     `layers`' model (and for DFLASH its draft and block_size, default the example's), and the
-    given ports / [gates] / [rollout] overrides. Returns the dict (write_inventory writes it)."""
+    given ports / [gates] / [rollout] overrides. kv_cache_dtype fp8_e4m3 adds `--kv-cache-dtype
+    fp8_e4m3` to [launch] extra_args (every group's command line, both arms: the arm stays the
+    environment) and moves the example's ports by FP8_PORT_SHIFT unless `ports` are given; auto
+    leaves the launch as measured (SGLang's default, no flag). Returns the dict (write_inventory
+    writes it)."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    if kv_cache_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_cache_dtype: expected one of {', '.join(KV_DTYPES)}, got {kv_cache_dtype!r}")
     raw = tomllib.loads(Path(example or EXAMPLES[algorithm]).read_text())
     if raw["launch"].get("speculative_algorithm") != algorithm:
         raise ValueError(f"example {example}: its [launch] speculative_algorithm is "
@@ -255,6 +286,14 @@ def runtime_inventory(paths: Paths, layers: int, *, algorithm: str = "EAGLE", bl
         raw["launch"].update(draft_model_path=str(paths.draft(layers, block)), speculative_dflash_block_size=block)
     elif block_size is not None:
         raise ValueError(f"block_size: DFLASH's parameter, not {algorithm}'s (got {block_size})")
+    if kv_cache_dtype != "auto":
+        extra = [str(a) for a in raw["launch"].get("extra_args", [])]
+        if "--kv-cache-dtype" in extra:   # two values on one command line: SGLang's parser keeps the last
+            raise ValueError(f"example {example or EXAMPLES[algorithm]}: its [launch] extra_args set --kv-cache-dtype "
+                             f"already; kv_cache_dtype {kv_cache_dtype!r} would be a second value")
+        raw["launch"]["extra_args"] = extra + ["--kv-cache-dtype", kv_cache_dtype]
+        if ports is None:
+            ports = [g["port"] + FP8_PORT_SHIFT for g in raw["group"]]
     raw["rollout"].update(state_dir=str(paths.state_dir), results_dir=str(paths.rollout_results), **(settings or {}))
     raw.setdefault("gates", {}).update(gates or {})
     if ports is not None:
@@ -271,7 +310,10 @@ def write_inventory(paths: Paths, raw: dict) -> Path:
 
     example = EXAMPLES[raw["launch"]["speculative_algorithm"]].relative_to(ROOT)
     paths.inventory.parent.mkdir(parents=True, exist_ok=True)
-    paths.inventory.write_text(f"# Written by kernel/sglang/real_server from {example}\n" + dump_toml(raw))
+    extra = [str(a) for a in raw["launch"].get("extra_args", [])]
+    kv = f", with --kv-cache-dtype {extra[extra.index('--kv-cache-dtype') + 1]} in [launch] extra_args" \
+        if "--kv-cache-dtype" in extra[:-1] else ""
+    paths.inventory.write_text(f"# Written by kernel/sglang/real_server from {example}{kv}\n" + dump_toml(raw))
     load(paths.inventory)
     return paths.inventory
 

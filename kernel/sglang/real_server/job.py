@@ -1,15 +1,19 @@
 """The canary between two real SGLang 0.5.23 servers on one GPU, driven by the rollout CLI.
 
     python3 -m kernel.sglang.real_server --steps setup,up,planted,canary,promote,breakdown \\
-        --layers 4 --out $OUT [--algorithm EAGLE|DFLASH [--block-size 16]] [--bundle .server-bundle] \\
-        [--root /tmp/mla-real-server]
+        --layers 4 --out $OUT [--algorithm EAGLE|DFLASH [--block-size 16]] [--kv-cache-dtype auto|fp8_e4m3] \\
+        [--bundle .server-bundle] [--root /tmp/mla-real-server]
 
 --algorithm picks what the servers speculate with: EAGLE (the default; the target's NextN layer
 is the draft) or DFLASH (SGLang's block-diffusion worker with a tiny DFlash draft beside the
 target, verifying --block-size tokens per request; its example inventory is
 rollout/inventory.h200-local-dflash.toml, its default root /tmp/mla-real-server-dflash, its
-ports 30002-30003). A root serves one algorithm (setup records it): the other's state, results
-and servers are never read or overwritten, and its files are named real-server-<kind>-dflash-*.
+ports 30002-30003). --kv-cache-dtype picks SGLang's KV pool on both arms: auto (the default, the
+model's bf16, no flag) or fp8_e4m3 (`--kv-cache-dtype fp8_e4m3` on every server's command line,
+the pool a Kimi-K2.6 deployment may run; its own default root, the algorithm's with -fp8, and the
+example's ports + 4: 30004-30005, DFLASH 30006-30007). A root serves one configuration, the
+algorithm and the KV dtype (setup records them): another's state, results and servers are never
+read or overwritten, and its files are named real-server-<kind>[-dflash][-fp8]-*.
 
 Steps, run in the order given (setup,up,planted,canary,promote,breakdown is the order with the
 fewest server restarts: the planted canary's rollback leaves both groups on triton for the real
@@ -102,6 +106,7 @@ class Context:
         self.layers = a.layers
         self.algorithm = a.algorithm
         self.block_size = a.block_size   # DFLASH's block (tokens verified per request); None for EAGLE
+        self.kv_cache_dtype = a.kv_cache_dtype   # SGLang's --kv-cache-dtype on both arms (auto: no flag)
         self.emulate = a.emulate
         self.bundle_dir = Path(a.bundle).resolve()
         self.ports = a.ports
@@ -204,8 +209,7 @@ class Context:
         p = self.paths
         if not (p.wrapper.exists() and p.inventory.exists() and (p.model(self.layers) / "config.json").exists()):
             return False
-        if not p.algorithm_file.exists() or json.loads(p.algorithm_file.read_text()) != {
-                "algorithm": self.algorithm, "block_size": self.block_size}:
+        if p.served() != self.served():
             return False
         if self.algorithm == "DFLASH" and not (p.draft(self.layers, self.block_size) / "config.json").exists():
             return False
@@ -368,9 +372,12 @@ class Context:
             "stamp": self.stamp, "emulated": self.emulate is not None,
             "label": ("emulated SGLang servers (rollout.emulator)" if self.emulate is not None else
                       f"real SGLang {(setup.get('bundle') or {}).get('sglang') or '0.5.23'} server, dummy-weight "
-                      f"{self.layers}-layer MLA model, one {dev.get('gpu', 'GPU')}") + f", {self.algorithm_words()}",
+                      f"{self.layers}-layer MLA model, one {dev.get('gpu', 'GPU')}") + f", {self.algorithm_words()}"
+                     + ("" if self.kv_cache_dtype == "auto" else f", {envmod.kv_words(self.kv_cache_dtype)}"),
             # what the servers speculated with: the verify shape the flash arm served
             "algorithm": self.algorithm, "block_size": self.block_size, "draft": setup.get("draft"),
+            # the KV pool both arms were asked for (the steps refuse a server that reports another)
+            "kv_cache_dtype": self.kv_cache_dtype,
             # the plugin's opt-ins every server inherited (the arm switch itself is the rollout's)
             "plugin_env": {k: os.environ[k] for k in PLUGIN_OPT_INS if k in os.environ},
             "draft_extend": draft_extend_on(),   # what a flash server of this run did with EAGLE's draft extend
@@ -385,14 +392,22 @@ class Context:
                                                           for r in self.rows]},
         }
 
+    def served(self) -> dict:
+        """What setup records in the root's marker (environment.Paths.served)."""
+        return {"algorithm": self.algorithm, "block_size": self.block_size, "kv_cache_dtype": self.kv_cache_dtype}
+
     def algorithm_words(self) -> str:
         if self.algorithm == "DFLASH":
             return f"DFLASH (tiny DFlash draft, block {self.block_size})"
         return "EAGLE (the model's NextN layer as the draft)"
 
+    def config_words(self) -> str:
+        return f"{self.algorithm_words()}, {envmod.kv_words(self.kv_cache_dtype)}"
+
     def file_stem(self, what: str) -> str:
-        """real-server-<what>[-dflash]-<stamp>: an EAGLE run's files keep their names."""
-        return f"real-server-{what}" + ("-dflash" if self.algorithm == "DFLASH" else "") + f"-{self.stamp}"
+        """real-server-<what>[-dflash][-fp8]-<stamp>: a bf16 EAGLE run's files keep their names."""
+        return (f"real-server-{what}" + ("-dflash" if self.algorithm == "DFLASH" else "")
+                + ("-fp8" if self.kv_cache_dtype == "fp8_e4m3" else "") + f"-{self.stamp}")
 
     def write_out(self) -> None:
         if self.out is None:
@@ -428,7 +443,8 @@ class Context:
         tmp.replace(dest)
 
     def table(self) -> str:
-        lines = [f"{'step':10s} {'result':7s} {'wall s':>7s} {'pred s':>7s}  what"]
+        lines = [f"L={self.layers}, {self.config_words()}",
+                 f"{'step':10s} {'result':7s} {'wall s':>7s} {'pred s':>7s}  what"]
         for r in self.rows:
             lines.append(f"{r['step'] + ('*' if r.get('auto') else ''):10s} {r['status']:7s} {r['wall_s']:7.0f} "
                          f"{r['predicted_s']:7.0f}  {str(r.get('summary'))[:300]}")
@@ -462,13 +478,18 @@ def parser() -> argparse.ArgumentParser:
                          "with a tiny DFlash draft)")
     ap.add_argument("--block-size", type=int, default=None,
                     help=f"DFLASH only: tokens verified per request (default {envmod.DFLASH_BLOCK})")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=envmod.KV_DTYPES,
+                    help="SGLang's KV pool on both arms (default auto: the model's bf16, no flag; fp8_e4m3: "
+                         "`--kv-cache-dtype fp8_e4m3` on every server, its own root and ports)")
     ap.add_argument("--root", default=None, help="state root (default /tmp/mla-real-server, with --algorithm DFLASH "
-                                                 "/tmp/mla-real-server-dflash)")
+                                                 "/tmp/mla-real-server-dflash; with --kv-cache-dtype fp8_e4m3 either "
+                                                 "with -fp8)")
     ap.add_argument("--bundle", default=str(envmod.ROOT / ".server-bundle"),
                     help="folder with server-bundle.tar.xz and BUNDLE.json (default .server-bundle)")
     ap.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
                     help="override one [gates] value of the runtime inventory (repeatable), e.g. context_tokens=65536")
-    ap.add_argument("--ports", help="comma-separated ports of the groups (default the example's 30000,30001)")
+    ap.add_argument("--ports", help="comma-separated ports of the groups (default the example's: EAGLE 30000,30001, "
+                                    "DFLASH 30002,30003; with --kv-cache-dtype fp8_e4m3 each + 4)")
     ap.add_argument("--emulate", type=float, metavar="TIME_SCALE", default=None,
                     help="rollout's emulator instead of SGLang, delays times TIME_SCALE (no GPU; tests)")
     ap.add_argument("--prior", action="append", default=[], metavar="JSON",
@@ -505,13 +526,16 @@ def main(argv=None) -> int:
                      f"output, and SGLang never captures the last one's), got {a.layers}")
     elif a.block_size is not None:
         ap.error(f"--block-size: DFLASH's parameter; --algorithm is {a.algorithm}")
-    a.root = a.root or str(envmod.DEFAULT_ROOTS[a.algorithm])
-    marker = envmod.Paths(Path(a.root).resolve()).algorithm_file
-    if marker.exists():
-        served = json.loads(marker.read_text()).get("algorithm")
-        if served != a.algorithm:
-            ap.error(f"--root {a.root}: its servers, state and results are a {served} run's; --algorithm "
-                     f"{a.algorithm} takes its own root (default {envmod.DEFAULT_ROOTS[a.algorithm]})")
+    a.root = a.root or str(envmod.default_root(a.algorithm, a.kv_cache_dtype))
+    served = envmod.Paths(Path(a.root).resolve()).served()
+    if served and served.get("algorithm") != a.algorithm:
+        ap.error(f"--root {a.root}: its servers, state and results are a {served.get('algorithm')} run's; --algorithm "
+                 f"{a.algorithm} takes its own root (default {envmod.default_root(a.algorithm, a.kv_cache_dtype)})")
+    if served and served["kv_cache_dtype"] != a.kv_cache_dtype:
+        # a pool is fixed when a server starts: this root's running servers, state and results are the other's
+        ap.error(f"--root {a.root}: its servers, state and results are a run's with --kv-cache-dtype "
+                 f"{served['kv_cache_dtype']}; --kv-cache-dtype {a.kv_cache_dtype} takes its own root (default "
+                 f"{envmod.default_root(a.algorithm, a.kv_cache_dtype)})")
     try:
         a.ports = [int(p) for p in a.ports.split(",")] if a.ports else None
         for g in a.gate:
@@ -532,7 +556,7 @@ def main(argv=None) -> int:
     predicted = 0.0
     for s in ordered:
         predicted += ctx.estimate(s)[0]
-    ctx.say(f"steps {', '.join(ordered)} at {a.layers} layers, {ctx.algorithm_words()}; predicted {predicted:.0f} s "
+    ctx.say(f"steps {', '.join(ordered)} at {a.layers} layers, {ctx.config_words()}; predicted {predicted:.0f} s "
             f"in all; root {ctx.paths.root}")
     ok = True
     for s in ordered:

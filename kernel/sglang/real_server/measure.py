@@ -16,7 +16,8 @@ SERVER_ARG_KEYS = ("version", "model_path", "attention_backend", "page_size", "t
                    "max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs_decode",
                    "cuda_graph_backend_prefill", "disable_cuda_graph", "speculative_algorithm",
                    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-                   "speculative_draft_model_path", "speculative_dflash_block_size", "enable_metrics", "emulator", "emulated_arm", "time_scale")
+                   "speculative_draft_model_path", "speculative_dflash_block_size", "speculative_draft_kv_cache_dtype",
+                   "enable_metrics", "emulator", "emulated_arm", "time_scale")
 
 
 def gate_prompt(gates: dict) -> list[int]:

@@ -158,19 +158,21 @@ def step_setup(ctx) -> dict:
         out["draft"] = {"path": str(draft), "block_size": ctx.block_size, **{
             k: want[k] for k in ("architectures", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                                  "head_dim")}, "target_layer_ids": want["dflash_config"]["target_layer_ids"]}
-    paths.algorithm_file.write_text(json.dumps({"algorithm": ctx.algorithm, "block_size": ctx.block_size}))
+    paths.algorithm_file.write_text(json.dumps(ctx.served()))
     running = groups_layers(ctx)
     if running not in (None, ctx.layers) and any(g["healthy"] for g in observe_groups(ctx).values()):
         out["inventory"] = f"kept: the rollout groups serve the {running}-layer model (step down first to change it)"
     else:
         envmod.write_inventory(paths, envmod.runtime_inventory(paths, ctx.layers, algorithm=ctx.algorithm,
-                                                               block_size=ctx.block_size, ports=ctx.ports,
+                                                               block_size=ctx.block_size,
+                                                               kv_cache_dtype=ctx.kv_cache_dtype, ports=ctx.ports,
                                                                gates=ctx.gate_overrides))
         out["inventory"] = str(paths.inventory)
     if ctx.emulate is None:
         out["kernel"] = ctx.prebuild_kernel()
         out["device"] = ctx.device_info()
-    bits = [f"L={ctx.layers}, {ctx.algorithm}" + (f" block {ctx.block_size}" if ctx.block_size else "")]
+    bits = [f"L={ctx.layers}, {ctx.algorithm}" + (f" block {ctx.block_size}" if ctx.block_size else "")
+            + ("" if ctx.kv_cache_dtype == "auto" else f", {envmod.kv_words(ctx.kv_cache_dtype)}")]
     if "bundle" in out:
         bits.append(f"sglang {out['bundle']['sglang']} ({out['unpacked_s']:.0f} s to unpack)")
     if "kernel" in out:
@@ -245,11 +247,26 @@ def step_up(ctx) -> dict:
     if other:
         raise StepFailed(f"after up, not serving {ctx.algorithm}" + (f" block {ctx.block_size}" if ctx.block_size else "")
                          + f": {other} (algorithm, block) from /server_info", result)
+    wrong = kv_pool_problem(ctx, {n: g["server_args"] for n, g in groups.items()})
+    if wrong:
+        raise StepFailed(f"after up, {wrong}", result)
     if cold:
         raise StepFailed(f"prefix cache not warmed on {cold}: {[groups[n]['warm'] for n in cold]}", result)
     return {"ok": True, "summary": "; ".join(
         f"{n} " + (f"up in {g['started_s']:.0f} s" if g["started_s"] else "already up")
         + f", prefill {g['warm']['seconds']:.1f} s" for n, g in groups.items()), **result}
+
+
+def kv_pool_problem(ctx, reported: dict) -> str | None:
+    """What is wrong with the KV pools servers report ({server: measure.server_args}), or None:
+    each must report the --kv-cache-dtype the job asked for (SGLang's /server_info echoes the
+    flag, "auto" when none was given), so a server asked for fp8_e4m3 never serves bf16 unseen."""
+    other = {n: a.get("kv_cache_dtype", "nothing") for n, a in reported.items()
+             if a.get("kv_cache_dtype") != ctx.kv_cache_dtype}
+    if not other:
+        return None
+    return (f"--kv-cache-dtype {ctx.kv_cache_dtype} asked for, but /server_info reports kv_cache_dtype "
+            + ", ".join(f"{v!r} on {n}" if v != "nothing" else f"nothing on {n}" for n, v in other.items()))
 
 
 def speculation(server_args: dict) -> tuple:
@@ -347,6 +364,12 @@ def step_canary(ctx) -> dict:
     if rc != 0 or (state or {}).get("status") != "canary_passed":
         raise StepFailed(f"rollout canary exited {rc} with status {(state or {}).get('status')!r}: "
                          f"{(state or {}).get('reason')}", result)
+    # the canary's flash server is a new process: the A/B counts only if both arms serve the pool asked for
+    for name, g in result["groups_after"].items():
+        g["server_args"] = measure.server_args(g["url"])
+    wrong = kv_pool_problem(ctx, {n: g["server_args"] for n, g in result["groups_after"].items()})
+    if wrong:
+        raise StepFailed(f"after the canary, {wrong}: its A/B is not of the pool asked for", result)
     # one direct request per arm, prefix cached: TTFT, which the speed gate leaves out, beside its tok/s
     inv = load(ctx.paths.inventory)
     ids = measure.gate_prompt(inv.gates)
@@ -485,11 +508,14 @@ def step_breakdown(ctx) -> dict:
             if arm != "flash":
                 raise StepFailed(f"{group.name} does not confirm flash: {how}", result)
         result["url"] = url
+        result["server_args"] = measure.server_args(url)
+        wrong = kv_pool_problem(ctx, {url: result["server_args"]})
+        if wrong:   # before any timing: a breakdown of another pool than asked for is not this run's
+            raise StepFailed(f"the breakdown's flash server: {wrong}", result)
         ids = measure.gate_prompt(gates)
         timeout = gates["request_timeout_s"]
         result["warm"] = measure.warm(url, ids, timeout)
         result["timed"] = [measure.timed_decode(url, ids, gates["max_new_tokens"], timeout) for _ in range(2)]
-        result["server_args"] = measure.server_args(url)
         if ctx.emulate is not None:
             result["profile"] = "skipped: the emulator has no profiler"
         else:
