@@ -190,12 +190,19 @@ def real_draft_extend(doc: dict) -> bool | None:
     return (doc.get("plugin_env") or {}).get("MLA_VERIFY_DRAFT_EXTEND") == "1"
 
 
+def real_kv_cache_dtype(doc: dict) -> str:
+    """The KV pool a real-server run's servers were asked for (the job's --kv-cache-dtype): its
+    "kv_cache_dtype"; a file written before that key ran SGLang's default, auto (the model's bf16)."""
+    return doc.get("kv_cache_dtype") or "auto"
+
+
 def real_config(doc: dict) -> tuple:
     """What makes two real-server files the same configuration, so their parts may be shown
     together: emulated or not, GPU, algorithm (absent: EAGLE) and DFLASH's block, what the flash
-    arm did with EAGLE's draft extend (real_draft_extend) and the kernel's source hash."""
+    arm did with EAGLE's draft extend (real_draft_extend), the kernel's source hash and the KV
+    pool (real_kv_cache_dtype: an fp8_e4m3 run's parts are never a bf16 run's)."""
     return (bool(doc.get("emulated")), doc.get("gpu"), doc.get("algorithm") or "EAGLE", doc.get("block_size"),
-            real_draft_extend(doc), (doc.get("kernel") or {}).get("hash"))
+            real_draft_extend(doc), (doc.get("kernel") or {}).get("hash"), real_kv_cache_dtype(doc))
 
 
 def _step_doc(main: dict, docs: list[dict], step: str) -> dict | None:

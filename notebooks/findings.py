@@ -295,9 +295,12 @@ def real_label(doc: dict) -> str:
     algo = doc.get("algorithm") or "EAGLE"
     spec = "" if algo == "EAGLE" else f", {algo} speculative decoding" + (
         f" (block {doc['block_size']}, tiny DFlash draft)" if algo == "DFLASH" and doc.get("block_size") else "")
+    # a bf16 (auto) pool, every run's before --kv-cache-dtype, goes unsaid; fp8_e4m3 is named
+    kv = "" if data.real_kv_cache_dtype(doc) == "auto" else ", " + KV_WORDS.get(
+        data.real_kv_cache_dtype(doc), f"{data.real_kv_cache_dtype(doc)} KV pool")
     if doc.get("emulated"):
         return ("EMULATED real-server run (rollout.emulator behind the job's launch wrapper: no SGLang, no "
-                f"GPU, no kernel), {doc.get('layers')}-layer model config" + spec)
+                f"GPU, no kernel), {doc.get('layers')}-layer model config" + spec + kv)
     ver = (doc.get("bundle") or {}).get("sglang") or next(
         (str(s.get("server_args", {}).get("version")) for s in ((doc.get("steps") or {}).get("up") or {}).get(
             "groups", {}).values() if (s.get("server_args") or {}).get("version")), "(version not recorded)")
@@ -305,7 +308,7 @@ def real_label(doc: dict) -> str:
     # the flash arm with EAGLE's draft extend through the kernel or left to SGLang: two configurations
     draft = data.real_draft_extend(doc)
     return (f"real SGLang {ver} server, dummy-weight {doc.get('layers')}-layer MLA model, one {gpu}" + spec
-            + ("" if draft is None else ", " + DRAFT_WORDS[draft]))
+            + ("" if draft is None else ", " + DRAFT_WORDS[draft]) + kv)
 
 
 DRAFT_WORDS = {True: "EAGLE's draft extend on, through the kernel",
@@ -314,16 +317,22 @@ DRAFT_WORDS = {True: "EAGLE's draft extend on, through the kernel",
 
 def config_words(doc: dict, main: dict | None = None) -> str:
     """A real-server file's configuration in words (data.real_config), or with `main` only what
-    differs from main's: "EAGLE's draft extend off, left to SGLang", "kernel 1b7e0c2732557aff"."""
-    emulated, gpu, algo, block, draft, kernel = data.real_config(doc)
-    ref = data.real_config(main) if main is not None else (None,) * 6
+    differs from main's: "EAGLE's draft extend off, left to SGLang", "kernel 1b7e0c2732557aff",
+    "fp8_e4m3 KV pool". Alone, a bf16 (auto) pool goes unsaid, as every run before fp8's did."""
+    emulated, gpu, algo, block, draft, kernel, kv = data.real_config(doc)
+    ref = data.real_config(main) if main is not None else (None,) * 7
     words = [w for w, a, b in (
         ("EMULATED" if emulated else "real servers", emulated, ref[0]),
         (f"on {gpu}", gpu, ref[1]),
         (algo + (f" (block {block})" if block else ""), (algo, block), (ref[2], ref[3])),
         (DRAFT_WORDS.get(draft, ""), draft, ref[4]),
-        (f"kernel {kernel or 'not recorded'}", kernel, ref[5])) if a != b and w]
+        (f"kernel {kernel or 'not recorded'}", kernel, ref[5]),
+        (KV_WORDS.get(kv, f"{kv} KV pool") if kv != "auto" or main is not None else "", kv, ref[6]))
+        if a != b and w]
     return ", ".join(words) if words else "the same configuration"
+
+
+KV_WORDS = {"fp8_e4m3": "fp8_e4m3 KV pool", "auto": "bf16 KV pool (--kv-cache-dtype auto)"}
 
 
 def from_file(doc: dict, main: dict) -> str:
