@@ -428,3 +428,41 @@ def test_a_breakdown_only_newest_file_does_not_hide_the_canary(tmp_path, fixture
     real = data.real_server(write(tmp_path / "data2", fixture_dir, newest), allow_fixture=True)
     assert findings.live_canary(real, "unused")["text"].endswith("not run: canary, planted fault (no real-server "
                                                                   "file has one)")
+
+
+def test_an_fp8_runs_parts_are_never_a_bf16_runs(tmp_path, fixture_dir):
+    """The job's --kv-cache-dtype fp8_e4m3 records "kv_cache_dtype"; a file without it (every run
+    before the option) served auto, the bf16 pool. An fp8 run is another configuration: its
+    breakdowns are not merged into a bf16 canary's, its canary is listed on its own, and the
+    words name the pool where it differs."""
+    bf16 = part_doc("2026-12-02T07:57:39Z", draft=True, step_us=11000)
+    legacy = {k: v for k, v in bf16.items() if k != "kv_cache_dtype"}
+    assert "kv_cache_dtype" not in legacy
+    assert data.real_config(legacy) == data.real_config(dict(bf16, kv_cache_dtype="auto"))
+    assert data.real_config(legacy)[4] is True and data.real_config(legacy)[-1] == "auto"
+    fp8_16 = dict(part_doc("2026-12-02T09:00:00Z", draft=True, layers=16, steps=("setup", "breakdown"),
+                           breakdowns=(4, 16), step_us=60000), kv_cache_dtype="fp8_e4m3")
+    fp8_canary = dict(part_doc("2026-12-02T08:30:00Z", draft=True, step_us=70000), kv_cache_dtype="fp8_e4m3")
+    assert data.real_config(fp8_16) != data.real_config(legacy)
+    assert data.real_config(fp8_16) == data.real_config(fp8_canary)
+    # the newest canary is the fp8 one: its parts are fp8 files', the bf16 canary listed beside it
+    real = data.real_server(write(tmp_path / "data", fixture_dir, legacy, fp8_16, fp8_canary), allow_fixture=True)
+    name = lambda doc: Path(doc["_path"]).name   # noqa: E731
+    assert name(real) == "real-server-2.json"
+    assert {n: name(m["doc"]) for n, m in real["_breakdowns"].items()} == {4: "real-server-2.json",
+                                                                          16: "real-server-1.json"}
+    assert [name(d) for d in real["_canaries"]] == ["real-server-2.json", "real-server-0.json"]
+    assert [(name(o["doc"]), o["layers"]) for o in real["_other_breakdowns"]] == [("real-server-0.json", 4)]
+    # a bf16 run alone: its 4 layers only, the fp8 file's 4 and 16 never merged in
+    real = data.real_server(write(tmp_path / "data2", fixture_dir, legacy, fp8_16), allow_fixture=True)
+    assert name(real) == "real-server-0.json" and sorted(real["_breakdowns"]) == [4]
+    assert real["_breakdowns"][4]["doc"] is real
+    assert [(name(o["doc"]), o["layers"]) for o in real["_other_breakdowns"]] == [("real-server-1.json", 16)]
+    assert findings.config_words(fp8_16, legacy) == "fp8_e4m3 KV pool"
+    assert findings.config_words(legacy, fp8_16) == "bf16 KV pool (--kv-cache-dtype auto)"
+    assert findings.config_words(fp8_16).endswith(", kernel k3rn3lh45h, fp8_e4m3 KV pool")
+    assert "KV pool" not in findings.config_words(legacy)          # alone, bf16 goes unsaid as it always did
+    assert findings.from_file(real["_other_breakdowns"][0]["doc"], real) == \
+        "from real-server-1.json, run with fp8_e4m3 KV pool"
+    assert findings.real_label(fp8_16) == REAL_LABEL.replace("4-layer", "16-layer") + ON + ", fp8_e4m3 KV pool"
+    assert findings.real_label(legacy) == REAL_LABEL + ON

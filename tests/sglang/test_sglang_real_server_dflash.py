@@ -185,7 +185,8 @@ def test_dflash_job_launches_dflash_and_says_so(dflash_run):
 
 def test_a_root_serves_one_algorithm(dflash_run):
     _, root, _ = dflash_run
-    assert json.loads(envmod.Paths(root).algorithm_file.read_text()) == {"algorithm": "DFLASH", "block_size": 16}
+    assert json.loads(envmod.Paths(root).algorithm_file.read_text()) == {"algorithm": "DFLASH", "block_size": 16,
+                                                                         "kv_cache_dtype": "auto"}
     r = job("--emulate", "0.2", "--root", str(root), "--steps", "setup", timeout=60)
     assert r.returncode == 2 and (f"--root {root}: its servers, state and results are a DFLASH run's; --algorithm "
                                   f"EAGLE takes its own root (default /tmp/mla-real-server)") in r.stderr, r.stderr
