@@ -267,3 +267,19 @@ def test_the_documented_fp8_commands_parse_and_fit_a_device_call():
         steps = a.steps.split(",")
         predicted = sum(estimates.step_estimate(s, layers=a.layers, first_start=s in ("setup", "up"))[0] for s in steps)
         assert predicted < a.budget < 600, (predicted, a.budget)
+
+
+def test_the_pool_check_names_each_server_and_what_it_reported():
+    """steps.kv_pool_problem, which up, canary and breakdown apply to /server_info: a server that
+    reports no kv_cache_dtype (or could not be asked) fails as one that reports another."""
+    from types import SimpleNamespace
+
+    from kernel.sglang.real_server.steps import kv_pool_problem
+
+    fp8, auto = SimpleNamespace(kv_cache_dtype="fp8_e4m3"), SimpleNamespace(kv_cache_dtype="auto")
+    assert kv_pool_problem(fp8, {"a": {"kv_cache_dtype": "fp8_e4m3"}, "b": {"kv_cache_dtype": "fp8_e4m3"}}) is None
+    assert kv_pool_problem(auto, {"a": {"kv_cache_dtype": "auto"}}) is None
+    assert kv_pool_problem(fp8, {"a": {"kv_cache_dtype": "fp8_e4m3"}, "b": {"error": "timed out"}}) == \
+        "--kv-cache-dtype fp8_e4m3 asked for, but /server_info reports kv_cache_dtype nothing on b"
+    assert kv_pool_problem(auto, {"a": {"kv_cache_dtype": "fp8_e4m3"}}) == \
+        "--kv-cache-dtype auto asked for, but /server_info reports kv_cache_dtype 'fp8_e4m3' on a"

@@ -366,7 +366,10 @@ def step_canary(ctx) -> dict:
                          f"{(state or {}).get('reason')}", result)
     # the canary's flash server is a new process: the A/B counts only if both arms serve the pool asked for
     for name, g in result["groups_after"].items():
-        g["server_args"] = measure.server_args(g["url"])
+        try:
+            g["server_args"] = measure.server_args(g["url"])
+        except Exception as e:  # noqa: BLE001 -- then it reports no pool: the check below names it
+            g["server_args"] = {"error": str(e)}
     wrong = kv_pool_problem(ctx, {n: g["server_args"] for n, g in result["groups_after"].items()})
     if wrong:
         raise StepFailed(f"after the canary, {wrong}: its A/B is not of the pool asked for", result)
