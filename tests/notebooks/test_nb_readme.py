@@ -54,7 +54,10 @@ def test_readme_real_server_speed_is_the_canary_phase_3_shows():
     assert m.group(3) == f"{cand['median_step_ms']:.1f}" and m.group(4) == f"{ctrl['median_step_ms']:.1f}"
     assert f"{doc['layers']}-layer" in README and speed["passed"] is True
     algo = doc.get("algorithm") or "EAGLE"
-    assert algo in _one(r"rank's attention, ([A-Z]+)[^)]*, 185,000 tokens").group(1)
+    setting = _one(r"rank's attention, ([A-Z]+)([^)]*), 185,000 tokens")
+    assert algo in setting.group(1)
+    pool = doc.get("kv_cache_dtype") or "auto"
+    assert (f"{pool} KV pool" in setting.group(2)) == (pool != "auto"), f"say the run's KV pool: {pool}"
 
 
 def test_readme_second_speed_is_the_other_algorithms_canary_phase_3_lists():
@@ -74,6 +77,25 @@ def test_readme_second_speed_is_the_other_algorithms_canary_phase_3_lists():
     assert m.group(3) == f"{speed['control']['median_tok_s']:.1f}" and speed["passed"] is True
     if algo(doc) == "DFLASH":
         assert f"DFLASH with blocks of {doc['block_size']}" in re.sub(r"\s+", " ", README)
+
+
+def test_readme_bf16_pool_speeds_are_each_algorithms_newest_bf16_canary():
+    """Beside a headline on the fp8 pool, the default (bf16) pool's canaries: for each algorithm the
+    newest canary phase 3 lists (_canaries) with kv_cache_dtype auto (absent in older files)."""
+    if (data.real_server(DATA).get("kv_cache_dtype") or "auto") == "auto":
+        return   # the headline is itself a bf16 run: nothing more is quoted
+    m = _one(r"default bf16 pool the same canaries read ([\d.]+) against ([\d.]+) tokens/s with (EAGLE|DFLASH) "
+             r"\(`reports/data/([^`]+)`\) and ([\d.]+) against ([\d.]+) with (EAGLE|DFLASH) \(`reports/data/([^`]+)`")
+    doc = data.real_server(DATA)
+    for cand, ctrl, algo, name in (m.group(1, 2, 3, 4), m.group(5, 6, 7, 8)):
+        bf16 = [d for d in doc["_canaries"] if (d.get("algorithm") or "EAGLE") == algo
+                and (d.get("kv_cache_dtype") or "auto") == "auto"]
+        assert bf16, f"no bf16 {algo} canary in reports/data"
+        assert name == Path(bf16[0]["_path"]).name, f"cite the newest bf16 {algo} canary {bf16[0]['_path']}"
+        speed = bf16[0]["steps"]["canary"]["speed"]
+        assert cand == f"{speed['candidate']['median_tok_s']:.1f}" and ctrl == f"{speed['control']['median_tok_s']:.1f}"
+        assert speed["passed"] is True
+    assert m.group(3) != m.group(7), "one figure per algorithm"
 
 
 def test_readme_sink_figures_are_the_newest_sink_check():
