@@ -27,6 +27,10 @@ from rollout.endpoint_info import describe, provenance
 from rollout.stats import bootstrap_ratio_ci, ratio_of_medians
 
 TOKEN_LO, TOKEN_HI = 1000, 31000  # inside any Kimi/DeepSeek vocabulary, clear of special tokens
+# /server_info fields (endpoint_info.KEEP) that set what a decode-speed A/B measures besides the
+# attention path: arms that differ in one (a bf16 control beside an fp8_e4m3 candidate, another
+# draft length) would compare those, so the A/B refuses them before timing anything
+SAME_CONFIG = ("kv_cache_dtype", "speculative_algorithm", "speculative_num_draft_tokens", "page_size", "tp_size")
 CLOCKS = ("wall", "emulated")
 EMULATED_CLOCK = "emulated_clock_s"   # rollout/emulator.py: CLOCK_KEY
 
@@ -63,6 +67,21 @@ def measure(url: str, ids: list[int], max_new_tokens: int, timeout: float, api_k
             "accept_length": meta.get("spec_accept_length"), "e2e_latency": meta.get("e2e_latency")}
 
 
+def config_mismatch(endpoints: list[dict]) -> str | None:
+    """What the live arms (endpoint_info.describe's dicts, candidate first) differ in among
+    SAME_CONFIG, in words, or None; a field an arm does not report is not compared."""
+    infos = [(e["role"], e["url"], e["server_info"]) for e in endpoints]
+    words = []
+    for key in SAME_CONFIG:
+        seen = [(role, url, info[key]) for role, url, info in infos if key in info]
+        if len(seen) == len(infos) and len({repr(v) for _, _, v in seen}) > 1:
+            words.append(f"{key} " + " against ".join(f"{v!r} ({role} {url})" for role, url, v in seen))
+    if not words:
+        return None
+    return ("the arms serve different configurations: " + "; ".join(words)
+            + ". A speed A/B between them would measure that, not the attention path: start both with the same flags")
+
+
 def _arm_summary(samples: list[dict], clock: str) -> dict:
     acc = [s["accept_length"] for s in samples if s["accept_length"] is not None]
     return {"clock": clock, "tok_s": [s["tok_s"] for s in samples], "accept_length": acc,
@@ -95,6 +114,9 @@ def run_ab(candidate_url: str, control_url: str | None, *, context_tokens: int =
     say = progress or (lambda msg: None)
     live = {"candidate": candidate_url} | ({"control": control_url} if control_url else {})
     endpoints = [describe(url, role, api_key=api_key) for role, url in live.items()]
+    differ = config_mismatch(endpoints)
+    if differ:   # not transient: the rollout halts with every group serving, and says why
+        raise EndpointError(differ, candidate_url, transient=False)
     clock = "emulated" if all(e["emulated"] for e in endpoints) else "wall"
     ids = make_input_ids(context_tokens, seed)
     warm = {}

@@ -7,8 +7,8 @@ from pathlib import Path
 from rollout.client import EndpointError, request
 
 KEEP = ("attention_backend", "page_size", "tp_size", "context_length", "speculative_algorithm",
-        "speculative_num_draft_tokens", "version", "model_path", "emulated_arm", "MLA_VERIFY_BACKEND",
-        "time_scale", "fault", "speed_model", "accept_length")
+        "speculative_num_draft_tokens", "kv_cache_dtype", "version", "model_path", "emulated_arm",
+        "MLA_VERIFY_BACKEND", "time_scale", "fault", "speed_model", "accept_length")
 
 
 def describe(url: str, role: str, timeout: float = 30.0, api_key: str | None = None) -> dict:

@@ -230,3 +230,29 @@ def test_metrics_speak_sglangs_names_and_the_arm_contract(pair, data_dir):
     with start_emulator("flash", data_dir=data_dir, time_scale=TS, metrics=False) as bare:
         assert request(bare.url, "GET", "/metrics")[0] == 404
         assert "without --enable-metrics" in read_arm(bare.url).summary()
+
+
+def test_the_speed_gate_refuses_arms_on_different_kv_pools(data_dir):
+    # a bf16 control beside an fp8_e4m3 candidate: the A/B would time the pools, so it times nothing
+    with start_emulator("flash", data_dir=data_dir, time_scale=TS, extra_args=["--kv-cache-dtype", "fp8_e4m3"]) as c, \
+            start_emulator("triton", data_dir=data_dir, time_scale=TS) as k:
+        seen = []
+        with pytest.raises(EndpointError) as e:
+            run_ab(c.url, k.url, context_tokens=512, max_new_tokens=8, progress=seen.append)
+        assert f"kv_cache_dtype 'fp8_e4m3' (candidate {c.url}) against 'auto' (control {k.url})" in str(e.value)
+        assert e.value.transient is False and e.value.url == c.url and seen == []   # nothing warmed or timed
+        # the same pool on both arms passes the check
+        with start_emulator("triton", data_dir=data_dir, time_scale=TS, extra_args=["--kv-cache-dtype", "fp8_e4m3"]) as k8:
+            assert run_ab(c.url, k8.url, context_tokens=512, max_new_tokens=8)["passed"]
+
+
+def test_config_mismatch_compares_only_what_both_arms_report():
+    from rollout.ab import config_mismatch
+    arm = lambda role, **info: {"role": role, "url": f"http://{role}:1", "server_info": info}   # noqa: E731
+    assert config_mismatch([arm("candidate", kv_cache_dtype="auto", page_size=1),
+                            arm("control", kv_cache_dtype="auto", page_size=1)]) is None
+    assert config_mismatch([arm("candidate", kv_cache_dtype="fp8_e4m3"), arm("control")]) is None
+    words = config_mismatch([arm("candidate", speculative_num_draft_tokens=16, page_size=1),
+                             arm("control", speculative_num_draft_tokens=8, page_size=1)])
+    assert words.startswith("the arms serve different configurations: speculative_num_draft_tokens 16 (candidate")
+    assert "page_size" not in words
