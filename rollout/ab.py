@@ -69,7 +69,10 @@ def measure(url: str, ids: list[int], max_new_tokens: int, timeout: float, api_k
 
 def config_mismatch(endpoints: list[dict]) -> str | None:
     """What the live arms (endpoint_info.describe's dicts, candidate first) differ in among
-    SAME_CONFIG, in words, or None; a field an arm does not report is not compared."""
+    SAME_CONFIG, in words, or None; a field an arm does not report is not compared, nor a pair of
+    the emulator and a real server (a test rig: the emulator's /server_info is its model's)."""
+    if len({bool(e["emulated"]) for e in endpoints}) > 1:
+        return None
     infos = [(e["role"], e["url"], e["server_info"]) for e in endpoints]
     words = []
     for key in SAME_CONFIG:

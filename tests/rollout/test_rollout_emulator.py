@@ -248,7 +248,8 @@ def test_the_speed_gate_refuses_arms_on_different_kv_pools(data_dir):
 
 def test_config_mismatch_compares_only_what_both_arms_report():
     from rollout.ab import config_mismatch
-    arm = lambda role, **info: {"role": role, "url": f"http://{role}:1", "server_info": info}   # noqa: E731
+    arm = lambda role, emulated=False, **info: {"role": role, "url": f"http://{role}:1", "emulated": emulated,   # noqa: E731
+                                                "server_info": info}
     assert config_mismatch([arm("candidate", kv_cache_dtype="auto", page_size=1),
                             arm("control", kv_cache_dtype="auto", page_size=1)]) is None
     assert config_mismatch([arm("candidate", kv_cache_dtype="fp8_e4m3"), arm("control")]) is None
@@ -256,3 +257,6 @@ def test_config_mismatch_compares_only_what_both_arms_report():
                              arm("control", speculative_num_draft_tokens=8, page_size=1)])
     assert words.startswith("the arms serve different configurations: speculative_num_draft_tokens 16 (candidate")
     assert "page_size" not in words
+    # the emulator beside a real server (tests/server's rig) is not a configuration to compare
+    assert config_mismatch([arm("candidate", emulated=True, speculative_num_draft_tokens=8),
+                            arm("control", speculative_num_draft_tokens=2)]) is None
