@@ -105,6 +105,11 @@ NOISE_TIERS = (6, 8)
 # copy share a step ahead into a 16-byte record, bit-equal: full call +2.6 to +4.4 % on fp8, +6 / +7 %
 # on bf16 (centre, T = 32): half 0's busy clocks fell 142 a tile on fp8 and not at all on bf16, half 1's
 # rose 312 / 337, and it became the longer path.
+# Measured, to become production next (same session; commit a08f1e5's -DMLAV_SPLIT_COPIES=5 / 6, three
+# runs, rungs/overlap-h200-20261204T1555-pieces-block-run{1,2,3}.json, bit-equal): bf16 half 0's nine
+# pieces as one block at PV's column step 7: -2.0 % at the centre, -2.4 % at T = 32 (math alone -2.2 /
+# -1.7 %); at step 0 +1.4 % at the centre, a tie at T = 32. Not production yet: the guarantees need a
+# run of their own (kernel/NOTES.md).
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -117,9 +122,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h0_lag_copies_late": (("MLAV_H0_LAG=1", "MLAV_SPLIT_COPIES=3"), (8,)),
     "h0_classic": (("MLAV_H0_LAG=0", "MLAV_SPLIT_COPIES=0"), (8,)),
     "h0pv_off": (("MLAV_NO_H0PV",), (8,)),
-    # bf16 rows64d: half 0's nine copy pieces as one block at PV's column step 0 or 7 (fp8 unchanged)
-    "pieces_block0": (("MLAV_SPLIT_COPIES=5",), (8,)),
-    "pieces_block7": (("MLAV_SPLIT_COPIES=6",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -312,11 +312,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && COPY_AT == 2 && H0PV_AT >= 0;
   static_assert(H0PV_AT + 4 < 8, "H0PV_AT: every piece inside PV's 8 column steps");
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
-  // (diagnostic builds: 5 and 6 issue the nine pieces as one block at PV's column step 0 or 7; spread
-  // between the steps, each piece costs ~10 issue slots on sm_90: its address formed again and three
-  // never-executed LDS that ptxas puts before an LDGSTS that follows shared loads)
-  static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3 || SPLIT_COPIES == 5 || SPLIT_COPIES == 6,
-                "SPLIT_COPIES: 0, 2, 3 (5, 6: diagnostic)");
+  static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3, "SPLIT_COPIES: 0, 2 or 3");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
@@ -804,10 +800,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       if (do_pv) {
         SmState st;
         pv(j - 1, draft_tag, [&](int c) {
-          if (cp && SPLIT_COPIES >= 5) {
-            if (c == (SPLIT_COPIES == 5 ? 0 : 7))
-              for (int i = 0; i < 9; ++i) sh.piece(i);
-          } else if (cp) {
+          if (cp) {
             if (SPLIT_COPIES == 2) sh.piece(c);
             if (SPLIT_COPIES == 3 && c > 0) sh.piece(c - 1);
             if (SPLIT_COPIES == 3 && c == 7) sh.piece(7);
