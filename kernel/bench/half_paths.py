@@ -1,0 +1,109 @@
+"""What each half of rows64d issues a tile: the instructions along each half's loop, read from the
+built library's machine code (cuobjdump -sass, as pair_sass.py).
+
+rows64d's two halves run loops of their own (tier_rowsd.cuh), and barwait has half 0 the longer
+path by ~210 clocks a tile with the same math. This counts, per half's loop (the two loops of the
+production bf16 function with the most HMMAs), the instructions on one pass of the steady state:
+the path from the loop's head to its back edge, taking no other backward branch, with the most
+HMMAs, then the most MUFUs (the softmax taken), then the most LDGSTS (the copies taken), then the
+fewest instructions (the rare rescale and edge-mask branches left out). A predicated-off
+instruction is counted: it still takes an issue slot. Reported per path: its length, HMMAs,
+LDGSTS, shared loads, and the never-executed `@!PT LDS RZ, [RZ]` that ptxas puts before an LDGSTS
+following shared loads. The loop with the nine copy pieces (bf16: half 0 issues the copies) is
+half 0; the other, whose only LDGSTS are warp 4's slot ids, is half 1.
+
+    python -m kernel.bench.half_paths [--lib DIR] [--arch 90]
+"""
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from .. import build
+from . import pair_sass, probe_sass
+
+FUNCTION = pair_sass.FUNCTIONS[8]        # rows64d, bf16, production (DIAG = 0)
+MIN_HMMA = 60                            # a half's loop holds 68 (36 QK + 32 PV a warp)
+
+
+def _step(x: probe_sass.Instr) -> tuple[int, int, int, int]:
+    return (x.op.startswith("HMMA"), x.op.startswith("MUFU"), x.op.startswith("LDGSTS"), -1)
+
+
+def steady_path(fn: list[probe_sass.Instr], head: int, back: int) -> list[probe_sass.Instr]:
+    """The path head -> back (indices into fn) described in the module docstring; [] if none."""
+    best = {head: (_step(fn[head]), None)}
+    for i in range(head, back):
+        if i not in best:
+            continue
+        x, score = fn[i], best[i][0]
+        succ = []
+        if x.target is not None:
+            j = next((k for k in range(head, back + 1) if fn[k].addr == x.target), None)
+            if j is not None and j > i:
+                succ.append(j)
+            if x.pred:
+                succ.append(i + 1)
+        elif not (x.op == "EXIT" and not x.pred):
+            succ.append(i + 1)
+        for j in succ:
+            if j <= back:
+                s = tuple(a + b for a, b in zip(score, _step(fn[j])))
+                if j not in best or best[j][0] < s:
+                    best[j] = (s, i)
+    if back not in best:
+        return []
+    path, i = [], back
+    while i is not None:
+        path.append(fn[i])
+        i = best[i][1]
+    return path[::-1]
+
+
+def half_loops(fn: list[probe_sass.Instr]) -> list[dict]:
+    """One row per loop laid out with at least MIN_HMMA HMMAs: its steady path's counts."""
+    at = {x.addr: i for i, x in enumerate(fn)}
+    rows = []
+    for k, x in enumerate(fn):
+        if x.target is None or x.target > x.addr or x.target not in at:
+            continue
+        head = at[x.target]
+        if sum(y.op.startswith("HMMA") for y in fn[head:k + 1]) < MIN_HMMA:
+            continue
+        path = steady_path(fn, head, k)
+        if not path:
+            continue
+        ops = Counter(y.op.split(".")[0] for y in path)
+        rows.append({"head": fn[head].addr, "back": x.addr, "instructions": len(path), "hmma": ops["HMMA"],
+                     "mufu": ops["MUFU"], "ldgsts": ops["LDGSTS"], "lds": ops["LDS"],
+                     "dummy_lds": sum(y.op.startswith("LDS") and y.pred and not y.regs for y in path),
+                     "ops": dict(ops.most_common())})
+    return rows
+
+
+def check(lib_dir: Path, arch: str = "90") -> list[dict]:
+    """The two halves' rows (half 0 first: the loop with the most LDGSTS), on `arch`."""
+    fns = probe_sass.parse(probe_sass.sass_of(lib_dir, arch))
+    if FUNCTION not in fns:
+        raise probe_sass.SassError(f"{FUNCTION} not in the sm_{arch} code of {lib_dir}")
+    rows = sorted(half_loops(fns[FUNCTION]), key=lambda r: -r["ldgsts"])
+    if len(rows) < 2:
+        raise probe_sass.SassError(f"sm_{arch}: {len(rows)} loop(s) with {MIN_HMMA}+ HMMAs, expected one a half")
+    return [dict(r, arch=f"sm_{arch}", half=h) for h, r in enumerate(rows[:2])]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", type=Path, help="a built library's folder (default: build.build())")
+    ap.add_argument("--arch", default="90", choices=("80", "86", "89", "90", "120"))
+    a = ap.parse_args(argv)
+    for r in check(a.lib or build.build(build.ARCHS), a.arch):
+        print(f"{r['arch']} half {r['half']}: {r['instructions']} instructions a tile and warp, {r['hmma']} HMMA, "
+              f"{r['mufu']} MUFU, {r['ldgsts']} LDGSTS, {r['lds']} LDS of which {r['dummy_lds']} never executed "
+              f"(loop {r['head']:#x}..{r['back']:#x})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""kernel/bench/half_paths: the instructions each half of rows64d issues along its loop's steady
+path, on this build's machine code (sm_90, the H200's, and sm_120, the production GPU's)."""
+import pytest
+
+from kernel import build
+from kernel.bench import half_paths
+from kernel.bench.probe_sass import Instr
+
+
+@pytest.fixture(scope="module")
+def lib_dir():
+    return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
+
+
+@pytest.mark.parametrize("arch", ["90", "120"])
+def test_each_half_runs_its_mmas_and_softmax_and_half_0_the_copies(lib_dir, arch):
+    h0, h1 = half_paths.check(lib_dir, arch)
+    for h in (h0, h1):   # 36 QK + 32 PV MMAs a warp and tile; the softmax's exp2 and reciprocal
+        assert h["hmma"] == 68 and h["mufu"] >= 4, h
+    # bf16 half 0 issues the tile's nine copy pieces (SPLIT_COPIES); half 1's LDGSTS are warp 4's slot ids
+    assert h0["ldgsts"] >= 9 and h1["ldgsts"] <= 2, (h0, h1)
+    assert h0["instructions"] > h1["instructions"] and h0["dummy_lds"] <= h0["lds"]
+
+
+def test_the_steady_path_takes_the_mmas_and_leaves_the_rare_branch_out():
+    def ins(addr, op, target=None, pred=False, regs=(1,)):
+        return Instr(addr, op, list(regs), target, pred)
+    fn = [ins(0x00, "IADD3"),
+          ins(0x10, "BRA", 0x40, pred=True),      # skips the MMA block when taken
+          ins(0x20, "HMMA.16816.F32.BF16"),
+          ins(0x30, "BRA", 0x60),                 # over the block without MMAs
+          ins(0x40, "FMUL"), ins(0x50, "FMUL"),
+          ins(0x60, "BRA", 0x80, pred=True),      # around a rare block
+          ins(0x70, "FMUL"),
+          ins(0x80, "LDS", pred=True, regs=()),   # never executed, still issued
+          ins(0x90, "BRA", 0x00, pred=True)]      # the back edge
+    path = half_paths.steady_path(fn, 0, len(fn) - 1)
+    assert [x.addr for x in path] == [0x00, 0x10, 0x20, 0x30, 0x60, 0x80, 0x90]
+    row = half_paths.half_loops(fn * 1)   # one HMMA: below MIN_HMMA, so no half's loop
+    assert row == []
