@@ -205,3 +205,20 @@ def test_plan_names_the_algorithm_and_the_numerics_mode(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "--speculative-algorithm DDTREE" in r.stdout and "--speculative-ddtree-budget 32" in r.stdout
     assert "no logprobs asked (mode tokens)" in r.stdout
+
+
+def test_the_example_s_fp8_pool_line_puts_the_flag_on_both_arms(tmp_path):
+    """The example's commented fp8_e4m3 line, uncommented, is a valid inventory whose launch
+    command carries --kv-cache-dtype fp8_e4m3 once, for the control and the candidate alike."""
+    from rollout.launch import launch_argv
+
+    text = (REPO / "rollout" / "inventory.example.toml").read_text()
+    line = '#   extra_args = ["--kv-cache-dtype", "fp8_e4m3"]\n'
+    assert line in text
+    path = tmp_path / "fp8.toml"
+    path.write_text(text.replace("[launch]\n", "[launch]\n" + line[4:], 1))
+    inv = load(path)
+    g = inv.groups[0]
+    for arm in ("triton", "flash"):
+        argv = launch_argv(inv.launch, host=g.host, port=g.port, gpus=g.gpus, arm=arm)
+        assert argv.count("--kv-cache-dtype") == 1 and argv[argv.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
