@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ports import free_ports
+from real_server_helpers import sglang_parsed, stop_all
 
 from kernel.sglang.real_server import environment as envmod
 from rollout.inventory import load
@@ -26,14 +27,6 @@ FP8 = ["--kv-cache-dtype", "fp8_e4m3"]
 def job(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "kernel.sglang.real_server", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
-
-
-def stop_all(root):
-    inv_path = envmod.Paths(root).inventory
-    if inv_path.exists():
-        inv = load(inv_path)
-        for g in inv.groups:
-            make_launcher(g, inv).stop("triton")
 
 
 def commands(root) -> list[str]:
@@ -99,28 +92,12 @@ def test_bad_kv_dtypes_are_named(tmp_path):
     assert r.returncode == 2 and "--kv-cache-dtype: invalid choice: 'fp8_e5m2'" in r.stderr, r.stderr
 
 
-SGLANG_PARSE = """
-import argparse, json, sys
-import torch
-lib = torch.library.Library("torchvision", "DEF")
-for op in ("nms", "qnms"):
-    lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-from sglang.srt.server_args import ServerArgs
-p = argparse.ArgumentParser()
-ServerArgs.add_cli_args(p)
-a = p.parse_args(json.loads(sys.argv[1]))
-print(json.dumps({k: getattr(a, k) for k in ("kv_cache_dtype", "load_format", "speculative_algorithm", "port")}))
-"""
-
 
 def test_sglang_0523_parser_reads_the_fp8_launch(tmp_path):
     paths = envmod.Paths(tmp_path)
     inv = load(envmod.write_inventory(paths, envmod.runtime_inventory(paths, 4, kv_cache_dtype="fp8_e4m3")))
     argv = make_launcher(inv.groups[0], inv).argv("flash")
-    r = subprocess.run([sys.executable, "-c", SGLANG_PARSE, json.dumps(argv[4:])], capture_output=True, text=True,
-                       timeout=180)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == {
+    assert sglang_parsed(argv[4:], ("kv_cache_dtype", "load_format", "speculative_algorithm", "port")) == {
         "kv_cache_dtype": "fp8_e4m3", "load_format": "dummy", "speculative_algorithm": "EAGLE", "port": 30004}
 
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from ports import free_ports
+from real_server_helpers import stop_all
 
 from kernel.sglang.real_server import environment as envmod
-from rollout.inventory import load
-from rollout.launchers import make_launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 # a context where the emulated triton arm is ~10x slower than flash, so the speed gate's verdict
@@ -27,15 +26,6 @@ def run_job(root, out, ports, steps, timeout=420):
     return subprocess.run([sys.executable, "-m", "kernel.sglang.real_server", "--emulate", "0.2", "--root", str(root),
                            "--out", str(out), "--ports", ",".join(map(str, ports)), "--steps", steps, *GATES],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
-def stop_all(root):
-    """Whatever the job left running (a failed test must not leave emulators behind)."""
-    inv_path = envmod.Paths(root).inventory
-    if inv_path.exists():
-        inv = load(inv_path)
-        for g in inv.groups:
-            make_launcher(g, inv).stop("triton")
 
 
 def port_open(port):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from real_server_helpers import sglang_parsed
 
 from kernel.sglang.real_server import breakdown, environment as envmod, estimates, planted_fault
 from rollout.inventory import load
@@ -38,29 +39,13 @@ def test_example_inventory_renders_the_measured_launch():
         assert line.split()[2:4] == ["/tmp/mla-real-server/bin/sglang", "serve"]
 
 
-SGLANG_PARSE = """
-import argparse, json, sys
-import torch
-lib = torch.library.Library("torchvision", "DEF")
-for op in ("nms", "qnms"):
-    lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-from sglang.srt.server_args import ServerArgs
-p = argparse.ArgumentParser()
-ServerArgs.add_cli_args(p)
-a = p.parse_args(json.loads(sys.argv[1]))
-print(json.dumps({k: getattr(a, k) for k in ("load_format", "skip_tokenizer_init", "sampling_backend",
-      "context_length", "speculative_algorithm", "mem_fraction_static", "enable_metrics", "port")}))
-"""
-
 
 def test_sglang_0523_parser_accepts_the_example_launch():
     inv = load(envmod.EXAMPLE_INVENTORY)
     argv = make_launcher(inv.groups[1], inv).argv("flash")
     assert argv[1:4] == ["serve", "--model-type", "llm"]
-    r = subprocess.run([sys.executable, "-c", SGLANG_PARSE, json.dumps(argv[4:])], capture_output=True, text=True,
-                       timeout=180)
-    assert r.returncode == 0, r.stderr[-2000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    got = sglang_parsed(argv[4:], ("load_format", "skip_tokenizer_init", "sampling_backend", "context_length",
+                                   "speculative_algorithm", "mem_fraction_static", "enable_metrics", "port"))
     assert got == {"load_format": "dummy", "skip_tokenizer_init": True, "sampling_backend": "pytorch",
                    "context_length": 200000, "speculative_algorithm": "EAGLE", "mem_fraction_static": 0.3,
                    "enable_metrics": True, "port": 30001}
