@@ -33,32 +33,10 @@ def _step(x: probe_sass.Instr) -> tuple[int, int, int, int]:
 
 def steady_path(fn: list[probe_sass.Instr], head: int, back: int) -> list[probe_sass.Instr]:
     """The path head -> back (indices into fn) described in the module docstring; [] if none."""
-    best = {head: (_step(fn[head]), None)}
-    for i in range(head, back):
-        if i not in best:
-            continue
-        x, score = fn[i], best[i][0]
-        succ = []
-        if x.target is not None:
-            j = next((k for k in range(head, back + 1) if fn[k].addr == x.target), None)
-            if j is not None and j > i:
-                succ.append(j)
-            if x.pred:
-                succ.append(i + 1)
-        elif not (x.op == "EXIT" and not x.pred):
-            succ.append(i + 1)
-        for j in succ:
-            if j <= back:
-                s = tuple(a + b for a, b in zip(score, _step(fn[j])))
-                if j not in best or best[j][0] < s:
-                    best[j] = (s, i)
-    if back not in best:
+    try:
+        return probe_sass._trace(fn, fn[head].addr, fn[back].addr, score=_step)
+    except probe_sass.SassError:
         return []
-    path, i = [], back
-    while i is not None:
-        path.append(fn[i])
-        i = best[i][1]
-    return path[::-1]
 
 
 def half_loops(fn: list[probe_sass.Instr]) -> list[dict]:

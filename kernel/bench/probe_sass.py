@@ -87,15 +87,16 @@ def parse(sass: str) -> dict[str, list[Instr]]:
     return out
 
 
-def _trace(fn: list[Instr], head: int, back: int) -> list[Instr]:
-    """The shortest path through a loop from its head to its backward branch at `back` that takes
-    no other backward branch: the steady state, without the probe's never-taken side blocks (which
-    ptxas may lay out inside the loop's address range, each behind a branch that skips it)."""
+def _trace(fn: list[Instr], head: int, back: int, score=lambda x: (-1,)) -> list[Instr]:
+    """The path through a loop from its head to its backward branch at `back` that takes no other
+    backward branch and has the highest sum of `score` over its instructions (tuples, compared in
+    order): by default the shortest, the steady state without the probe's never-taken side blocks
+    (which ptxas may lay out inside the loop's address range, each behind a branch that skips it)."""
     at = {x.addr: i for i, x in enumerate(fn)}
     if head not in at or back not in at:
         raise SassError(f"loop {head:#x}..{back:#x} not in the function")
     lo, hi = at[head], at[back]
-    best: dict[int, tuple[int, int | None]] = {lo: (1, None)}   # index -> (path length, previous index)
+    best: dict[int, tuple[tuple, int | None]] = {lo: (score(fn[lo]), None)}   # index -> (score, previous index)
     for i in range(lo, hi):
         if i not in best:
             continue
@@ -109,8 +110,9 @@ def _trace(fn: list[Instr], head: int, back: int) -> list[Instr]:
         elif not (x.op == "EXIT" and not x.pred):
             succ.append(i + 1)
         for j in succ:
-            if j <= hi and (j not in best or best[j][0] > n + 1):
-                best[j] = (n + 1, i)
+            s = tuple(a + b for a, b in zip(n, score(fn[j])))
+            if j <= hi and (j not in best or best[j][0] < s):
+                best[j] = (s, i)
     if hi not in best:
         raise SassError(f"no path from {head:#x} to the loop's branch at {back:#x}")
     path, i = [], hi
