@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from kernel.sglang.real_server.environment import kv_words
+
 from . import data
 from .glossary import IMPL_LABELS
 from .provenance import PRODUCTION_ARCH, PRODUCTION_NAME, evidence_limits
@@ -296,8 +298,8 @@ def real_label(doc: dict) -> str:
     spec = "" if algo == "EAGLE" else f", {algo} speculative decoding" + (
         f" (block {doc['block_size']}, tiny DFlash draft)" if algo == "DFLASH" and doc.get("block_size") else "")
     # a bf16 (auto) pool, every run's before --kv-cache-dtype, goes unsaid; fp8_e4m3 is named
-    kv = "" if data.real_kv_cache_dtype(doc) == "auto" else ", " + KV_WORDS.get(
-        data.real_kv_cache_dtype(doc), f"{data.real_kv_cache_dtype(doc)} KV pool")
+    pool = data.real_kv_cache_dtype(doc)
+    kv = "" if pool == "auto" else ", " + kv_words(pool)
     if doc.get("emulated"):
         return ("EMULATED real-server run (rollout.emulator behind the job's launch wrapper: no SGLang, no "
                 f"GPU, no kernel), {doc.get('layers')}-layer model config" + spec + kv)
@@ -327,12 +329,9 @@ def config_words(doc: dict, main: dict | None = None) -> str:
         (algo + (f" (block {block})" if block else ""), (algo, block), (ref[2], ref[3])),
         (DRAFT_WORDS.get(draft, ""), draft, ref[4]),
         (f"kernel {kernel or 'not recorded'}", kernel, ref[5]),
-        (KV_WORDS.get(kv, f"{kv} KV pool") if kv != "auto" or main is not None else "", kv, ref[6]))
+        (kv_words(kv) if kv != "auto" or main is not None else "", kv, ref[6]))
         if a != b and w]
     return ", ".join(words) if words else "the same configuration"
-
-
-KV_WORDS = {"fp8_e4m3": "fp8_e4m3 KV pool", "auto": "bf16 KV pool (--kv-cache-dtype auto)"}
 
 
 def from_file(doc: dict, main: dict) -> str:

@@ -65,7 +65,10 @@ def default_root(algorithm: str, kv_cache_dtype: str = "auto") -> Path:
 
 
 def kv_words(kv_cache_dtype: str) -> str:
-    return "fp8_e4m3 KV pool" if kv_cache_dtype == "fp8_e4m3" else "bf16 KV pool (--kv-cache-dtype auto)"
+    """A KV pool in words, as the job's table and phase 3 name it."""
+    return "bf16 KV pool (--kv-cache-dtype auto)" if kv_cache_dtype == "auto" else f"{kv_cache_dtype} KV pool"
+
+
 SERVER_ENV = {
     "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
     "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python",
