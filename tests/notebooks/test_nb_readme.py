@@ -56,7 +56,7 @@ def test_readme_real_server_speed_is_the_canary_phase_3_shows():
     algo = doc.get("algorithm") or "EAGLE"
     setting = _one(r"rank's attention, ([A-Z]+)([^)]*), 185,000 tokens")
     assert algo in setting.group(1)
-    pool = doc.get("kv_cache_dtype") or "auto"
+    pool = data.real_kv_cache_dtype(doc)
     assert (f"{pool} KV pool" in setting.group(2)) == (pool != "auto"), f"say the run's KV pool: {pool}"
 
 
@@ -82,14 +82,14 @@ def test_readme_second_speed_is_the_other_algorithms_canary_phase_3_lists():
 def test_readme_bf16_pool_speeds_are_each_algorithms_newest_bf16_canary():
     """Beside a headline on the fp8 pool, the default (bf16) pool's canaries: for each algorithm the
     newest canary phase 3 lists (_canaries) with kv_cache_dtype auto (absent in older files)."""
-    if (data.real_server(DATA).get("kv_cache_dtype") or "auto") == "auto":
+    doc = data.real_server(DATA)
+    if data.real_kv_cache_dtype(doc) == "auto":
         return   # the headline is itself a bf16 run: nothing more is quoted
     m = _one(r"default bf16 pool the same canaries read ([\d.]+) against ([\d.]+) tokens/s with (EAGLE|DFLASH) "
              r"\(`reports/data/([^`]+)`\) and ([\d.]+) against ([\d.]+) with (EAGLE|DFLASH) \(`reports/data/([^`]+)`")
-    doc = data.real_server(DATA)
     for cand, ctrl, algo, name in (m.group(1, 2, 3, 4), m.group(5, 6, 7, 8)):
         bf16 = [d for d in doc["_canaries"] if (d.get("algorithm") or "EAGLE") == algo
-                and (d.get("kv_cache_dtype") or "auto") == "auto"]
+                and data.real_kv_cache_dtype(d) == "auto"]
         assert bf16, f"no bf16 {algo} canary in reports/data"
         assert name == Path(bf16[0]["_path"]).name, f"cite the newest bf16 {algo} canary {bf16[0]['_path']}"
         speed = bf16[0]["steps"]["canary"]["speed"]
