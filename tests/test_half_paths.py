@@ -36,5 +36,4 @@ def test_the_steady_path_takes_the_mmas_and_leaves_the_rare_branch_out():
           ins(0x90, "BRA", 0x00, pred=True)]      # the back edge
     path = half_paths.steady_path(fn, 0, len(fn) - 1)
     assert [x.addr for x in path] == [0x00, 0x10, 0x20, 0x30, 0x60, 0x80, 0x90]
-    row = half_paths.half_loops(fn * 1)   # one HMMA: below MIN_HMMA, so no half's loop
-    assert row == []
+    assert half_paths.half_loops(fn) == []   # one HMMA: below MIN_HMMA, so no half's loop
