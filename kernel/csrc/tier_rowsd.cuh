@@ -77,14 +77,18 @@ constexpr int H0_LAG_BF16 = 1, H0_LAG_FP8 = 0;
 #endif
 // with H0_LAG: 0 leaves a tile's copies to half 1 (COPY_AT); 2 gives half 0 every piece of each
 // thread's share, one between PV(j - 1)'s column steps; 3 as 2 a column step later (piece c - 1
-// at step c, the last three at step 7), production on bf16: the copies lengthened half 1, the
-// longer path with loads, and half 0 has the room since H0_LAG. (Measured and deleted: 1, half 0
-// the even pieces and half 1 the odd ones, +3-5 %; 4, as 2 with the address formed before QK(j),
-// +0-4 %; kernel/NOTES.md.) -DMLAV_SPLIT_COPIES sets both pools (diagnostic builds)
+// at step c, the last three at step 7), production on bf16 until the block: the copies lengthened
+// half 1, the longer path with loads, and half 0 has the room since H0_LAG; 6, the nine pieces as
+// one block at PV's column step 7, production on bf16: spread, each piece cost half 0 ~10 issue
+// slots on sm_90 (its address formed again, three never-executed LDS before its LDGSTS), even when
+// predicated off (-2.0 % at the centre, -2.4 % at T = 32; kernel/bench/half_paths.py counts them);
+// 5 as 6 at step 0, +1.4 % at the centre. (Measured and deleted: 1, half 0 the even pieces and half
+// 1 the odd ones, +3-5 %; 4, as 2 with the address formed before QK(j), +0-4 %; kernel/NOTES.md.)
+// -DMLAV_SPLIT_COPIES sets both pools (diagnostic builds)
 #ifdef MLAV_SPLIT_COPIES
 constexpr int SPLIT_COPIES_BF16 = MLAV_SPLIT_COPIES, SPLIT_COPIES_FP8 = MLAV_SPLIT_COPIES;
 #else
-constexpr int SPLIT_COPIES_BF16 = 3, SPLIT_COPIES_FP8 = 0;
+constexpr int SPLIT_COPIES_BF16 = 6, SPLIT_COPIES_FP8 = 0;
 #endif
 // fp8 rows64d (H0_LAG = 0, COPY_AT = 2): K >= 0 gives half 0 the late copies, piece i at the top
 // of its PV(j)'s column step K + i, and half 1 none; -1 leaves them to half 1's QK. Production 3:
@@ -312,7 +316,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && COPY_AT == 2 && H0PV_AT >= 0;
   static_assert(H0PV_AT + 4 < 8, "H0PV_AT: every piece inside PV's 8 column steps");
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
-  static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3, "SPLIT_COPIES: 0, 2 or 3");
+  static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3 || SPLIT_COPIES == 5 || SPLIT_COPIES == 6,
+                "SPLIT_COPIES: 0, 2, 3, 5 or 6");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
@@ -800,7 +805,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       if (do_pv) {
         SmState st;
         pv(j - 1, draft_tag, [&](int c) {
-          if (cp) {
+          if (cp && SPLIT_COPIES >= 5) {
+            if (c == (SPLIT_COPIES == 5 ? 0 : 7))
+              for (int i = 0; i < 9; ++i) sh.piece(i);
+          } else if (cp) {
             if (SPLIT_COPIES == 2) sh.piece(c);
             if (SPLIT_COPIES == 3 && c > 0) sh.piece(c - 1);
             if (SPLIT_COPIES == 3 && c == 7) sh.piece(7);
