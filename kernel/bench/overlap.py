@@ -125,6 +125,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # bf16 rows64d: half 0's nine copy pieces as one block at PV's column step 0 (production: step 7;
     # spread between the steps, the production before, is h0_lag_copies_late; fp8 unchanged)
     "pieces_block0": (("MLAV_SPLIT_COPIES=5",), (8,)),
+    # fp8 rows64d: half 0's five H0PV pieces as one block at PV's column step 7 / 3 (production:
+    # spread over steps 3-7; bf16 unchanged)
+    "h0pv_block7": (("MLAV_H0PV_BLOCK=7",), (8,)),
+    "h0pv_block3": (("MLAV_H0PV_BLOCK=3",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -100,6 +100,13 @@ constexpr int H0PV_AT_FP8 = -1;
 #else
 constexpr int H0PV_AT_FP8 = 3;
 #endif
+// diagnostic: -DMLAV_H0PV_BLOCK=K issues fp8's five H0PV pieces as one block at PV's column step K
+// (bf16's nine as a block won 2 %: spread, each piece re-forms its address behind dummy LDS)
+#ifdef MLAV_H0PV_BLOCK
+constexpr int H0PV_BLOCK_FP8 = MLAV_H0PV_BLOCK;
+#else
+constexpr int H0PV_BLOCK_FP8 = -1;
+#endif
 
 template <int HALVES, bool FP8 = false>
 struct Layout {
@@ -830,7 +837,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       if (do_sm) softmax(j);
       half_bar();
       const CopyShare sh = copy_share(cp ? j + AH : 0);
-      if (do_pv) pv(j, draft_tag, [&](int c) { if (cp && c >= H0PV_AT && c - H0PV_AT < 5) sh.piece(c - H0PV_AT); });
+      if (do_pv) pv(j, draft_tag, [&](int c) {
+        if (H0PV_BLOCK_FP8 >= 0) {
+          if (cp && c == H0PV_BLOCK_FP8)
+            for (int i = 0; i < 5; ++i) sh.piece(i);
+        } else if (cp && c >= H0PV_AT && c - H0PV_AT < 5) {
+          sh.piece(c - H0PV_AT);
+        }
+      });
       else if (cp)
         for (int i = 0; i < 5; ++i) sh.piece(i);
     } else {
