@@ -129,6 +129,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # spread over steps 3-7; bf16 unchanged)
     "h0pv_block7": (("MLAV_H0PV_BLOCK=7",), (8,)),
     "h0pv_block3": (("MLAV_H0PV_BLOCK=3",), (8,)),
+    "h0pv_pairs": (("MLAV_H0PV_PAIRS=1",), (8,)),
+    "h0pv_3_2": (("MLAV_H0PV_PAIRS=2",), (8,)),
+    # bf16 rows64d: the nine pieces as two blocks, 0-3 at PV's column step 4 and 4-8 at step 7
+    "pieces_two_blocks": (("MLAV_SPLIT_COPIES=7",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
