@@ -125,14 +125,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # bf16 rows64d: half 0's nine copy pieces as one block at PV's column step 0 (production: step 7;
     # spread between the steps, the production before, is h0_lag_copies_late; fp8 unchanged)
     "pieces_block0": (("MLAV_SPLIT_COPIES=5",), (8,)),
-    # fp8 rows64d: half 0's five H0PV pieces as one block at PV's column step 7 / 3 (production:
-    # spread over steps 3-7; bf16 unchanged)
-    "h0pv_block7": (("MLAV_H0PV_BLOCK=7",), (8,)),
-    "h0pv_block3": (("MLAV_H0PV_BLOCK=3",), (8,)),
-    "h0pv_pairs": (("MLAV_H0PV_PAIRS=1",), (8,)),
-    "h0pv_3_2": (("MLAV_H0PV_PAIRS=2",), (8,)),
-    # bf16 rows64d: the nine pieces as two blocks, 0-3 at PV's column step 4 and 4-8 at step 7
-    "pieces_two_blocks": (("MLAV_SPLIT_COPIES=7",), (8,)),
+    # fp8 rows64d: half 0's five H0PV pieces one a column step (3-7), the production before the pairs
+    "h0pv_spread": (("MLAV_H0PV_SPREAD",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

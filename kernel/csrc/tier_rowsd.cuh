@@ -100,19 +100,15 @@ constexpr int H0PV_AT_FP8 = -1;
 #else
 constexpr int H0PV_AT_FP8 = 3;
 #endif
-// diagnostic: -DMLAV_H0PV_BLOCK=K issues fp8's five H0PV pieces as one block at PV's column step K
-// (bf16's nine as a block won 2 %: spread, each piece re-forms its address behind dummy LDS)
-#ifdef MLAV_H0PV_BLOCK
-constexpr int H0PV_BLOCK_FP8 = MLAV_H0PV_BLOCK;
+// H0PV's five pieces go in pairs, (0, 1) at PV's column step H0PV_AT, (2, 3) at + 2 and 4 at + 4:
+// one piece a step cost half 0 ~3 issue slots each on sm_90 (its address formed again, never-executed
+// LDS before its LDGSTS), paired 506 -> 495 instructions a tile, -2.4 to -2.8 % at T = 8-32 in three
+// runs. One block of five (488) was 1-2 % slower and 3 + 2 a tie or slower: five LDGSTS at once
+// stall PV (kernel/NOTES.md). -DMLAV_H0PV_SPREAD: one a step, the production before (diagnostic)
+#ifdef MLAV_H0PV_SPREAD
+constexpr bool H0PV_PAIRS_FP8 = false;
 #else
-constexpr int H0PV_BLOCK_FP8 = -1;
-#endif
-// diagnostic: -DMLAV_H0PV_PAIRS=1 issues them as pairs, (0, 1) at step 3, (2, 3) at 5, 4 at 7; =2
-// (0, 1, 2) at step 3, (3, 4) at 6 (the block: fewer instructions, but five LDGSTS at once are slower)
-#ifdef MLAV_H0PV_PAIRS
-constexpr int H0PV_PAIRS_FP8 = MLAV_H0PV_PAIRS;
-#else
-constexpr int H0PV_PAIRS_FP8 = 0;
+constexpr bool H0PV_PAIRS_FP8 = true;
 #endif
 
 template <int HALVES, bool FP8 = false>
@@ -330,8 +326,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && COPY_AT == 2 && H0PV_AT >= 0;
   static_assert(H0PV_AT + 4 < 8, "H0PV_AT: every piece inside PV's 8 column steps");
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
-  static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3 || SPLIT_COPIES == 5 || SPLIT_COPIES == 6 || SPLIT_COPIES == 7,
-                "SPLIT_COPIES: 0, 2, 3, 5, 6 or 7");
+  static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3 || SPLIT_COPIES == 5 || SPLIT_COPIES == 6,
+                "SPLIT_COPIES: 0, 2, 3, 5 or 6");
   const bool loads = !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
@@ -819,12 +815,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       if (do_pv) {
         SmState st;
         pv(j - 1, draft_tag, [&](int c) {
-          if (cp && SPLIT_COPIES == 7) {   // diagnostic: two blocks, pieces 0-3 at step 4, 4-8 at step 7
-            if (c == 4)
-              for (int i = 0; i < 4; ++i) sh.piece(i);
-            if (c == 7)
-              for (int i = 4; i < 9; ++i) sh.piece(i);
-          } else if (cp && SPLIT_COPIES >= 5) {
+          if (cp && SPLIT_COPIES >= 5) {
             if (c == (SPLIT_COPIES == 5 ? 0 : 7))
               for (int i = 0; i < 9; ++i) sh.piece(i);
           } else if (cp) {
@@ -850,17 +841,12 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       half_bar();
       const CopyShare sh = copy_share(cp ? j + AH : 0);
       if (do_pv) pv(j, draft_tag, [&](int c) {
-        if (H0PV_PAIRS_FP8 == 1) {
-          if (cp && (c == 3 || c == 5)) { sh.piece(c - 3); sh.piece(c - 2); }
-          if (cp && c == 7) sh.piece(4);
-        } else if (H0PV_PAIRS_FP8 == 2) {
-          if (cp && c == 3) { sh.piece(0); sh.piece(1); sh.piece(2); }
-          if (cp && c == 6) { sh.piece(3); sh.piece(4); }
-        } else if (H0PV_BLOCK_FP8 >= 0) {
-          if (cp && c == H0PV_BLOCK_FP8)
-            for (int i = 0; i < 5; ++i) sh.piece(i);
-        } else if (cp && c >= H0PV_AT && c - H0PV_AT < 5) {
-          sh.piece(c - H0PV_AT);
+        const int k = c - H0PV_AT;
+        if (!cp || k < 0 || k > 4) return;
+        if (!H0PV_PAIRS_FP8) sh.piece(k);
+        else if (k % 2 == 0) {
+          sh.piece(k);
+          if (k < 4) sh.piece(k + 1);
         }
       });
       else if (cp)
