@@ -841,12 +841,11 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       half_bar();
       const CopyShare sh = copy_share(cp ? j + AH : 0);
       if (do_pv) pv(j, draft_tag, [&](int c) {
-        const int k = c - H0PV_AT;
-        if (!cp || k < 0 || k > 4) return;
-        if (!H0PV_PAIRS_FP8) sh.piece(k);
-        else if (k % 2 == 0) {
-          sh.piece(k);
-          if (k < 4) sh.piece(k + 1);
+        if (H0PV_PAIRS_FP8) {
+          if (cp && (c == H0PV_AT || c == H0PV_AT + 2)) { sh.piece(c - H0PV_AT); sh.piece(c - H0PV_AT + 1); }
+          if (cp && c == H0PV_AT + 4) sh.piece(4);
+        } else if (cp && c >= H0PV_AT && c - H0PV_AT < 5) {
+          sh.piece(c - H0PV_AT);
         }
       });
       else if (cp)
