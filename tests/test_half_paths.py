@@ -22,6 +22,20 @@ def test_each_half_runs_its_mmas_and_softmax_and_half_0_the_copies(lib_dir, arch
     assert h0["instructions"] > h1["instructions"] and h0["dummy_lds"] <= h0["lds"]
 
 
+@pytest.mark.parametrize("arch", ["90", "120"])
+def test_fp8_half_0_issues_the_h0pv_pieces_in_its_pv(lib_dir, arch):
+    h0, h1 = half_paths.check(lib_dir, arch, pool="fp8")
+    for h in (h0, h1):   # fp8 converts the tile to f16 and runs the same 68 MMAs a warp and tile
+        assert h["hmma"] == 68 and h["mufu"] >= 4, h
+    # half 0's PV issues the tile's five H0PV pieces, as pairs (H0PV_PAIRS_FP8); half 1 only the slot ids
+    assert h0["ldgsts"] >= 5 and h1["ldgsts"] <= 2, (h0, h1)
+
+
+def test_an_unknown_pool_is_refused_by_name():
+    with pytest.raises(ValueError, match="pool: 'fp16'"):
+        half_paths.check(".", "90", pool="fp16")
+
+
 def test_the_steady_path_takes_the_mmas_and_leaves_the_rare_branch_out():
     def ins(addr, op, target=None, pred=False, regs=(1,)):
         return Instr(addr, op, list(regs), target, pred)

@@ -12,7 +12,7 @@ LDGSTS, shared loads, and the never-executed `@!PT LDS RZ, [RZ]` that ptxas puts
 following shared loads. The loop with the nine copy pieces (bf16: half 0 issues the copies) is
 half 0; the other, whose only LDGSTS are warp 4's slot ids, is half 1.
 
-    python -m kernel.bench.half_paths [--lib DIR] [--arch 90]
+    python -m kernel.bench.half_paths [--lib DIR] [--arch 90] [--pool bf16|fp8]
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from pathlib import Path
 from .. import build
 from . import pair_sass, probe_sass
 
-FUNCTION = pair_sass.FUNCTIONS[8]        # rows64d, bf16, production (DIAG = 0)
+FUNCTIONS = {"bf16": pair_sass.FUNCTIONS[8],                          # rows64d, production (DIAG = 0)
+             "fp8": "_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2EEEvNS_6ParamsE"}
 MIN_HMMA = 60                            # a half's loop holds 68 (36 QK + 32 PV a warp)
 
 
@@ -60,12 +61,15 @@ def half_loops(fn: list[probe_sass.Instr]) -> list[dict]:
     return rows
 
 
-def check(lib_dir: Path, arch: str = "90") -> list[dict]:
-    """The two halves' rows (half 0 first: the loop with the most LDGSTS), on `arch`."""
+def check(lib_dir: Path, arch: str = "90", pool: str = "bf16") -> list[dict]:
+    """The two halves' rows of `pool`'s rows64d (half 0 first: the loop with the most LDGSTS), on `arch`."""
+    if pool not in FUNCTIONS:
+        raise ValueError(f"pool: {pool!r} is not one of {sorted(FUNCTIONS)}")
+    function = FUNCTIONS[pool]
     fns = probe_sass.parse(probe_sass.sass_of(lib_dir, arch))
-    if FUNCTION not in fns:
-        raise probe_sass.SassError(f"{FUNCTION} not in the sm_{arch} code of {lib_dir}")
-    rows = sorted(half_loops(fns[FUNCTION]), key=lambda r: -r["ldgsts"])
+    if function not in fns:
+        raise probe_sass.SassError(f"{function} not in the sm_{arch} code of {lib_dir}")
+    rows = sorted(half_loops(fns[function]), key=lambda r: -r["ldgsts"])
     if len(rows) < 2:
         raise probe_sass.SassError(f"sm_{arch}: {len(rows)} loop(s) with {MIN_HMMA}+ HMMAs, expected one a half")
     return [dict(r, arch=f"sm_{arch}", half=h) for h, r in enumerate(rows[:2])]
@@ -75,8 +79,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", type=Path, help="a built library's folder (default: build.build())")
     ap.add_argument("--arch", default="90", choices=("80", "86", "89", "90", "120"))
+    ap.add_argument("--pool", default="bf16", choices=sorted(FUNCTIONS),
+                    help="bf16 (default) or fp8: which rows64d (fp8's half 0 issues its five H0PV pieces)")
     a = ap.parse_args(argv)
-    for r in check(a.lib or build.build(build.ARCHS), a.arch):
+    for r in check(a.lib or build.build(build.ARCHS), a.arch, a.pool):
         print(f"{r['arch']} half {r['half']}: {r['instructions']} instructions a tile and warp, {r['hmma']} HMMA, "
               f"{r['mufu']} MUFU, {r['ldgsts']} LDGSTS, {r['lds']} LDS of which {r['dummy_lds']} never executed "
               f"(loop {r['head']:#x}..{r['back']:#x})")

@@ -105,11 +105,18 @@ NOISE_TIERS = (6, 8)
 # copy share a step ahead into a 16-byte record, bit-equal: full call +2.6 to +4.4 % on fp8, +6 / +7 %
 # on bf16 (centre, T = 32): half 0's busy clocks fell 142 a tile on fp8 and not at all on bf16, half 1's
 # rose 312 / 337, and it became the longer path.
-# Measured, to become production next (same session; commit a08f1e5's -DMLAV_SPLIT_COPIES=5 / 6, three
-# runs, rungs/overlap-h200-20261204T1555-pieces-block-run{1,2,3}.json, bit-equal): bf16 half 0's nine
-# pieces as one block at PV's column step 7: -2.0 % at the centre, -2.4 % at T = 32 (math alone -2.2 /
-# -1.7 %); at step 0 +1.4 % at the centre, a tie at T = 32. Not production yet: the guarantees need a
-# run of their own (kernel/NOTES.md).
+# Measured (same session; commit a08f1e5's -DMLAV_SPLIT_COPIES=5 / 6, three runs, rungs/overlap-h200-
+# 20261204T1555-pieces-block-run{1,2,3}.json, bit-equal): bf16 half 0's nine pieces as one block at PV's
+# column step 7: -2.0 % at the centre, -2.4 % at T = 32 (math alone -2.2 / -1.7 %), production since
+# (2026-12-04, fifth session; bench T1708); at step 0 +1.4 % at the centre, a tie at T = 32.
+# Measured (fifth session; bit-equal): fp8 half 0's five H0PV pieces as one block at PV's column step 7
+# or 3 (commit 79fa28f, three runs, rungs/overlap-fp8-h200-20261204T1714-h0pv-block-run{1,2,3}.json):
+# +2.0 / +1 % (the math alone at step 3 -2.3 %, so five LDGSTS at once stall PV); as pairs at steps 3,
+# 5, 7 (commit dc26749, three runs, ...T1719-h0pv-pairs-run1.json, the other two printed only): -2.4
+# to -2.8 % at T = 8-32, production since, then -1.9 to -3.0 % against h0pv_spread in three more runs
+# of the production build (...T1729-pairs-production-run{1,2,3}.json); 3 + 2 at steps 3, 6 a tie or
+# slower; bf16's nine as two blocks at steps 4 and 7 (...overlap-h200-20261204T1720-two-blocks-run1.json,
+# three runs) +3-4 %. Deleted but the spread.
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
