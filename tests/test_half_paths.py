@@ -51,3 +51,15 @@ def test_the_steady_path_takes_the_mmas_and_leaves_the_rare_branch_out():
     path = half_paths.steady_path(fn, 0, len(fn) - 1)
     assert [x.addr for x in path] == [0x00, 0x10, 0x20, 0x30, 0x60, 0x80, 0x90]
     assert half_paths.half_loops(fn) == []   # one HMMA: below MIN_HMMA, so no half's loop
+
+
+def test_the_steady_path_takes_the_exponentials_not_the_edge_masks_division():
+    def ins(addr, op, target=None, pred=False):
+        return Instr(addr, op, [1], target, pred)
+    fn = [ins(0x00, "MUFU.EX2"),
+          ins(0x10, "BRA", 0x50, pred=True),      # around the rare edge mask
+          ins(0x20, "I2F.RP"), ins(0x30, "MUFU.RCP"), ins(0x40, "F2I.FTZ.U32.TRUNC"),
+          ins(0x50, "MUFU.EX2"),
+          ins(0x60, "BRA", 0x00, pred=True)]
+    path = half_paths.steady_path(fn, 0, len(fn) - 1)
+    assert [x.addr for x in path] == [0x00, 0x10, 0x50, 0x60]

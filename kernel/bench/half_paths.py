@@ -3,14 +3,17 @@ built library's machine code (cuobjdump -sass, as pair_sass.py).
 
 rows64d's two halves run loops of their own (tier_rowsd.cuh), and barwait has half 0 the longer
 path by ~210 clocks a tile with the same math. This counts, per half's loop (the two loops of the
-production bf16 function with the most HMMAs), the instructions on one pass of the steady state:
-the path from the loop's head to its back edge, taking no other backward branch, with the most
-HMMAs, then the most MUFUs (the softmax taken), then the most LDGSTS (the copies taken), then the
-fewest instructions (the rare rescale and edge-mask branches left out). A predicated-off
-instruction is counted: it still takes an issue slot. Reported per path: its length, HMMAs,
-LDGSTS, shared loads, and the never-executed `@!PT LDS RZ, [RZ]` that ptxas puts before an LDGSTS
-following shared loads. The loop with the nine copy pieces (bf16: half 0 issues the copies) is
-half 0; the other, whose only LDGSTS are warp 4's slot ids, is half 1.
+production function of the pool with the most HMMAs), the instructions on one pass of the steady
+state: the path from the loop's head to its back edge, taking no other backward branch, with the
+most HMMAs, then the most MUFU.EX2 (the softmax's exponentials taken), then the most LDGSTS (the
+copies taken), then the fewest instructions (the rare rescale and edge-mask branches left out).
+Only EX2 counts among the MUFUs: the edge mask divides by H (I2F, MUFU.RCP, F2I), and counting its
+RCP drew the path into that rare branch, ~30-65 instructions a half (the counts before 2026-12-04's
+fifth session, kernel/NOTES.md). A predicated-off instruction is counted: it still takes an issue
+slot. Reported per path: its length, HMMAs, LDGSTS, shared loads, and the never-executed `@!PT LDS
+RZ, [RZ]` that ptxas puts before an LDGSTS following shared loads. The loop with the copy pieces
+(bf16's nine, fp8's five H0PV pieces) is half 0; the other, whose only LDGSTS are warp 4's slot
+ids, is half 1.
 
     python -m kernel.bench.half_paths [--lib DIR] [--arch 90] [--pool bf16|fp8]
 """
@@ -29,7 +32,7 @@ MIN_HMMA = 60                            # a half's loop holds 68 (36 QK + 32 PV
 
 
 def _step(x: probe_sass.Instr) -> tuple[int, int, int, int]:
-    return (x.op.startswith("HMMA"), x.op.startswith("MUFU"), x.op.startswith("LDGSTS"), -1)
+    return (x.op.startswith("HMMA"), x.op.startswith("MUFU.EX2"), x.op.startswith("LDGSTS"), -1)
 
 
 def steady_path(fn: list[probe_sass.Instr], head: int, back: int) -> list[probe_sass.Instr]:
