@@ -8,7 +8,7 @@ state: the path from the loop's head to its back edge, taking no other backward 
 most HMMAs, then the most MUFU.EX2 (the softmax's exponentials taken), then the most LDGSTS (the
 copies taken), then the fewest instructions (the rare rescale and edge-mask branches left out).
 Only EX2 counts among the MUFUs: the edge mask divides by H (I2F, MUFU.RCP, F2I), and counting its
-RCP drew the path into that rare branch, ~30-65 instructions a half (the counts before 2026-12-04's
+RCP drew the path into that rare branch, ~55-67 instructions a half (the counts before 2026-12-04's
 fifth session, kernel/NOTES.md). A predicated-off instruction is counted: it still takes an issue
 slot. Reported per path: its length, HMMAs, LDGSTS, shared loads, and the never-executed `@!PT LDS
 RZ, [RZ]` that ptxas puts before an LDGSTS following shared loads. The loop with the copy pieces
