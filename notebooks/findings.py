@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from kernel.sglang.real_server.environment import kv_words
+from kernel.sglang.real_server.environment import kv_clause, kv_words
 
 from . import data
 from .glossary import IMPL_LABELS
@@ -297,9 +297,7 @@ def real_label(doc: dict) -> str:
     algo = doc.get("algorithm") or "EAGLE"
     spec = "" if algo == "EAGLE" else f", {algo} speculative decoding" + (
         f" (block {doc['block_size']}, tiny DFlash draft)" if algo == "DFLASH" and doc.get("block_size") else "")
-    # a bf16 (auto) pool, every run's before --kv-cache-dtype, goes unsaid; fp8_e4m3 is named
-    pool = data.real_kv_cache_dtype(doc)
-    kv = "" if pool == "auto" else ", " + kv_words(pool)
+    kv = kv_clause(data.real_kv_cache_dtype(doc))
     if doc.get("emulated"):
         return ("EMULATED real-server run (rollout.emulator behind the job's launch wrapper: no SGLang, no "
                 f"GPU, no kernel), {doc.get('layers')}-layer model config" + spec + kv)

@@ -69,6 +69,12 @@ def kv_words(kv_cache_dtype: str) -> str:
     return "bf16 KV pool (--kv-cache-dtype auto)" if kv_cache_dtype == "auto" else f"{kv_cache_dtype} KV pool"
 
 
+def kv_clause(kv_cache_dtype: str) -> str:
+    """", <the pool in words>" to append to a run's label, "" for auto: labels name the fp8 pool
+    and leave SGLang's default unsaid, as every run's before --kv-cache-dtype did."""
+    return "" if kv_cache_dtype == "auto" else ", " + kv_words(kv_cache_dtype)
+
+
 SERVER_ENV = {
     "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
     "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python",

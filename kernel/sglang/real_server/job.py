@@ -373,7 +373,7 @@ class Context:
             "label": ("emulated SGLang servers (rollout.emulator)" if self.emulate is not None else
                       f"real SGLang {(setup.get('bundle') or {}).get('sglang') or '0.5.23'} server, dummy-weight "
                       f"{self.layers}-layer MLA model, one {dev.get('gpu', 'GPU')}") + f", {self.algorithm_words()}"
-                     + ("" if self.kv_cache_dtype == "auto" else f", {envmod.kv_words(self.kv_cache_dtype)}"),
+                     + envmod.kv_clause(self.kv_cache_dtype),
             # what the servers speculated with: the verify shape the flash arm served
             "algorithm": self.algorithm, "block_size": self.block_size, "draft": setup.get("draft"),
             # the KV pool both arms were asked for (the steps refuse a server that reports another)

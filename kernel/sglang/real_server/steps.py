@@ -172,7 +172,7 @@ def step_setup(ctx) -> dict:
         out["kernel"] = ctx.prebuild_kernel()
         out["device"] = ctx.device_info()
     bits = [f"L={ctx.layers}, {ctx.algorithm}" + (f" block {ctx.block_size}" if ctx.block_size else "")
-            + ("" if ctx.kv_cache_dtype == "auto" else f", {envmod.kv_words(ctx.kv_cache_dtype)}")]
+            + envmod.kv_clause(ctx.kv_cache_dtype)]
     if "bundle" in out:
         bits.append(f"sglang {out['bundle']['sglang']} ({out['unpacked_s']:.0f} s to unpack)")
     if "kernel" in out:
@@ -261,12 +261,11 @@ def kv_pool_problem(ctx, reported: dict) -> str | None:
     """What is wrong with the KV pools servers report ({server: measure.server_args}), or None:
     each must report the --kv-cache-dtype the job asked for (SGLang's /server_info echoes the
     flag, "auto" when none was given), so a server asked for fp8_e4m3 never serves bf16 unseen."""
-    other = {n: a.get("kv_cache_dtype", "nothing") for n, a in reported.items()
-             if a.get("kv_cache_dtype") != ctx.kv_cache_dtype}
+    other = {n: a.get("kv_cache_dtype") for n, a in reported.items() if a.get("kv_cache_dtype") != ctx.kv_cache_dtype}
     if not other:
         return None
     return (f"--kv-cache-dtype {ctx.kv_cache_dtype} asked for, but /server_info reports kv_cache_dtype "
-            + ", ".join(f"{v!r} on {n}" if v != "nothing" else f"nothing on {n}" for n, v in other.items()))
+            + ", ".join(f"{'nothing' if v is None else repr(v)} on {n}" for n, v in other.items()))
 
 
 def speculation(server_args: dict) -> tuple:
