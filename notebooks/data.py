@@ -856,6 +856,10 @@ def _readable_variant(variant: str) -> str:
     return f"rows{32 * int(m.group(1))}d" + ("_diag" if m.group(2) == "1" else "") if m else variant
 
 
+# kernel.build's suffix of a design D copy (tier_rowsd.cuh's Kind) -> its words
+_ROWSD_COPY = {None: "", "_diag": ", diagnostic copy", "_math": ", math-alone copy", "_modes": ", diagnostic-modes copy"}
+
+
 def _variant_tier(variant: str) -> str:
     """The build record's variant name as a tile: small_nt4 -> small (32-row tiles), rows64,
     rows64d, rows32d_diag -> rows32d (32-row tiles), diagnostic copy, rows64d_fp8 -> rows64d
@@ -871,9 +875,9 @@ def _variant_tier(variant: str) -> str:
         return tier_name(0)
     if variant.startswith("rows64d_pair"):   # issue 25's opt-in rung (tier 9)
         return tier_name(9) + (", diagnostic copy" if variant.endswith("_diag") else "")
-    m = re.fullmatch(r"rows(32|64)d(_diag)?", variant)
+    m = re.fullmatch(r"rows(32|64)d(_diag|_math|_modes)?", variant)
     if m:
-        return tier_name(8 if m.group(1) == "64" else 6) + (", diagnostic copy" if m.group(2) else "")
+        return tier_name(8 if m.group(1) == "64" else 6) + _ROWSD_COPY[m.group(2)]
     m = re.fullmatch(r"combine_r(\d+)(_few)?", variant)
     if not m:
         return variant

@@ -26,8 +26,8 @@ from pathlib import Path
 from .. import build
 from . import pair_sass, probe_sass
 
-FUNCTIONS = {"bf16": pair_sass.FUNCTIONS[8],                          # rows64d, production (DIAG = 0)
-             "fp8": "_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2EEEvNS_6ParamsE"}
+FUNCTIONS = {"bf16": pair_sass.FUNCTIONS[8],                          # rows64d, the verify kernel (Kind PROD)
+             "fp8": "_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2ELi0EEEvNS_6ParamsE"}
 MIN_HMMA = 60                            # a half's loop holds 68 (36 QK + 32 PV a warp)
 
 

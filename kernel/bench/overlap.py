@@ -117,6 +117,12 @@ NOISE_TIERS = (6, 8)
 # of the production build (...T1729-pairs-production-run{1,2,3}.json); 3 + 2 at steps 3, 6 a tie or
 # slower; bf16's nine as two blocks at steps 4 and 7 (...overlap-h200-20261204T1720-two-blocks-run1.json,
 # three runs) +3-4 %. Deleted but the spread.
+# Measured (2026-12-04, sixth session; commit 2a9cff4's -DMLAV_MODE_CONST, _LOADS_CONST, _MATH_CONST,
+# three runs a pool, rungs/overlap*-h200-20261204T1909-mode-const-run{1,2,3}.json, bit-equal): rowsd's
+# runtime mode tests (loads, math, evict-first) as constants in the verify kernel. bf16 all three: rows32d
+# -7 % at T = 4, -9 % at T = 8, rows64d -2.8 % at the centre, a tie at T = 32; fp8 the loads alone:
+# -2.8 % rows32d, -3.7 / -2.1 / -1.9 % rows64d at T = 8 / 16 / 32 (all three there -1.3 to +1.3 %).
+# Production since as tier_rowsd.cuh's Kind PROD; modes_runtime is the production before.
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -134,6 +140,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "pieces_block0": (("MLAV_SPLIT_COPIES=5",), (8,)),
     # fp8 rows64d: half 0's five H0PV pieces one a column step (3-7), the production before the pairs
     "h0pv_spread": (("MLAV_H0PV_SPREAD",), (8,)),
+    # rowsd's mode bits read at run time in the verify kernel, the production before its Kind PROD
+    # fixed them (tier_rowsd.cuh): the full call only (its no_loads rows run the math-alone copy)
+    "modes_runtime": (("MLAV_MODES_RUNTIME",), (8, 6)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

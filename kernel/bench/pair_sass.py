@@ -22,7 +22,7 @@ from .. import build
 from . import probe_sass
 
 ARCHS = ("90", "120")
-# tier -> the production (DIAG = 0) instantiation's mangled name
+# tier -> the verify kernel's instantiation's mangled name (rowsd Kind PROD, rows64d_pair DIAG = 0)
 FUNCTIONS = {8: "_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi0EEEvNS_6ParamsE",
              9: "_ZN4mlav8rowspair30mla_verify_kernel_rows64d_pairILi0EEEvNS_6ParamsE"}
 

@@ -103,18 +103,32 @@ cudaError_t launch_combine(const Params& p, long long rows, cudaStream_t st, boo
 
 // Design D tiers: HALVES 32-row pipelines per CTA; the one-half CTA runs two per SM where
 // registers and shared memory allow (the occupancy query decides, as for the small tier).
+// The mode bits pick the body's copy (tier_rowsd.cuh, Kind): none of the diagnostic bits, the
+// verify kernel; loads off alone, its math on resident tiles; any other bf16 mode, the copy that
+// reads them all (fp8's verify kernel reads no-math and plain-cache itself; the per-part bits
+// time bf16 only and are ignored on fp8).
 template <int HALVES, bool FP8>
-cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int dev, int diag) {
+cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int dev, bool parts) {
   using Lo = rowsd::Layout<HALVES, FP8>;
-  static bool done[2][64] = {};
-  static int occ[2][64] = {};
-  if (FP8) diag = 0;   // the per-part diagnostics time the bf16 kernels only
-  auto kernel = FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES>
-                    : diag ? rowsd::mla_verify_kernel_rowsd<HALVES, 1> : rowsd::mla_verify_kernel_rowsd<HALVES, 0>;
-  cudaError_t err = allow_smem(kernel, Lo::SMEM, dev, done[diag]);
+  static bool done[4][64] = {};
+  static int occ[4][64] = {};
+  const int diag = p.mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE);
+  int kind = rowsd::PROD;
+  if (FP8) kind = diag & MODE_NO_LOADS ? rowsd::MATH_ALONE : rowsd::PROD;
+  else if (parts) kind = rowsd::PARTS;
+  else if (diag == MODE_NO_LOADS) kind = rowsd::MATH_ALONE;
+  else if (diag) kind = rowsd::ANY_MODE;
+  using K = void (*)(const Params);
+  const K kernels[4] = {
+      FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, rowsd::PROD> : rowsd::mla_verify_kernel_rowsd<HALVES, rowsd::PROD>,
+      FP8 ? nullptr : rowsd::mla_verify_kernel_rowsd<HALVES, rowsd::PARTS>,
+      FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, rowsd::MATH_ALONE> : rowsd::mla_verify_kernel_rowsd<HALVES, rowsd::MATH_ALONE>,
+      FP8 ? nullptr : rowsd::mla_verify_kernel_rowsd<HALVES, rowsd::ANY_MODE>};
+  const K kernel = kernels[kind];
+  cudaError_t err = allow_smem(kernel, Lo::SMEM, dev, done[kind]);
   if (err != cudaSuccess) return err;
   if (HALVES == 1) {
-    const int per_sm = blocks_per_sm(kernel, Lo::SMEM, dev, occ[diag], Lo::THREADS);
+    const int per_sm = blocks_per_sm(kernel, Lo::SMEM, dev, occ[kind], Lo::THREADS);
     p.target_ctas *= per_sm < CAP_MULT / 2 ? per_sm : CAP_MULT / 2;
     p.part_cap = 2 * p.target_ctas;
   }
@@ -238,11 +252,11 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
                                        rows64::SMEM_BYTES, st>>>(p);
     err = cudaGetLastError();
   } else if (tier == 6 || tier == 8) {
-    const int diag = (mode & (MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV)) ? 1 : 0;
-    if (kv_fp8) err = tier == 6 ? launch_rowsd<1, true>(p, num_tokens, bs, st, dev, diag)
-                                : launch_rowsd<2, true>(p, num_tokens, bs, st, dev, diag);
-    else err = tier == 6 ? launch_rowsd<1, false>(p, num_tokens, bs, st, dev, diag)
-                         : launch_rowsd<2, false>(p, num_tokens, bs, st, dev, diag);
+    const bool parts = mode & (MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV);
+    if (kv_fp8) err = tier == 6 ? launch_rowsd<1, true>(p, num_tokens, bs, st, dev, parts)
+                                : launch_rowsd<2, true>(p, num_tokens, bs, st, dev, parts);
+    else err = tier == 6 ? launch_rowsd<1, false>(p, num_tokens, bs, st, dev, parts)
+                         : launch_rowsd<2, false>(p, num_tokens, bs, st, dev, parts);
   } else if (tier == 9) {
     err = launch_rows64d_pair(p, num_tokens, bs, st, dev,
                               (mode & (MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV)) ? 1 : 0);

@@ -152,10 +152,32 @@ struct Layout {
   static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 };
 
-// DIAG = 1 builds the diagnostic copy that also reads mode bits 16/32/64 (skip the softmax,
-// QK or PV: per-part timings of the math); the production copy (DIAG = 0) never tests them.
-template <int HALVES, int DIAG, bool FP8>
+// The copies of the body (launch_rowsd picks one from the call's mode bits):
+//   PROD       the verify kernel. Runtime mode tests in its loop cost issue slots whether taken or
+//              not (bf16 half 0: 88 of 407 sm_90 instructions a tile, kernel/bench/half_paths.py),
+//              so the pool's FIX_* flags below make them compile-time constants here;
+//   MATH_ALONE PROD without its loads (math on resident tiles: the micro's and overlap's no_loads);
+//   ANY_MODE   every mode bit read at run time (loads alone, plain cache; bf16 only: fp8's PROD
+//              reads those two itself);
+//   PARTS      ANY_MODE that also reads bits 16/32/64 (skip the softmax, QK or PV: per-part
+//              timings of the math; bf16 only).
+enum Kind { PROD = 0, PARTS = 1, MATH_ALONE = 2, ANY_MODE = 3 };
+// What PROD fixes, per pool (three runs each, rungs/overlap*-h200-20261204T1909.json): bf16 the
+// loads, the math and evict-first, -7 % (rows32d) and -2.8 % (rows64d) at the centre, a tie at
+// T = 32; fp8 the loads alone, -2 to -3.7 % at T = 8-32, where fixing all three, or the math
+// alone, ranged from -1.4 to +1.4 %, so fp8's math and evict-first stay runtime tests.
+// -DMLAV_MODES_RUNTIME: nothing fixed, the production before (diagnostic builds)
+#ifdef MLAV_MODES_RUNTIME
+constexpr bool FIX_LOADS = false, FIX_MATH_EVICT_BF16 = false;
+#else
+constexpr bool FIX_LOADS = true, FIX_MATH_EVICT_BF16 = true;
+#endif
+constexpr bool FIX_MATH_EVICT_FP8 = false;
+
+template <int HALVES, int KIND, bool FP8>
 __device__ __forceinline__ void rowsd_body(const Params& p) {
+  constexpr bool FIXED = KIND == PROD || KIND == MATH_ALONE;
+  constexpr bool FIX_ME = FIXED && (FP8 ? FIX_MATH_EVICT_FP8 : FIX_MATH_EVICT_BF16);
   using Lo = Layout<HALVES, FP8>;
   constexpr int BM = Lo::BM, THREADS = Lo::THREADS, TPT = Lo::TPT, AHEAD = Lo::AHEAD;
   // this pool's half-0 schedule. The per-part diagnostic copy runs half 0 the classic way: with
@@ -164,7 +186,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // reads the MMA clocks from them, halved them (rungs/micro-h200-20261203T1935-h0lag-diag-parts.json,
   // kernel/NOTES.md). Production's math alone is within 1 % of the classic loop's (overlap T1920:
   // 98.2 against 98.5 us)
-  constexpr int H0_LAG = DIAG ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
+  constexpr int H0_LAG = KIND == PARTS ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
@@ -192,7 +214,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   float* lse_s = reinterpret_cast<float*>(smem + Lo::OFF_LSE);
   uint8_t* idx_win = smem + Lo::OFF_IDX;
   uint8_t* ring8 = smem;                                  // fp8: the e4m3 stages
-  const bool evict_first = !(p.mode & MODE_PLAIN_CACHE);
+  const bool evict_first = FIX_ME || !(p.mode & MODE_PLAIN_CACHE);
 
   // ---- KV producer: thread -> token tid / TPT of a tile, 16-byte chunks (tid % TPT) + TPT i
   const int ld_tok = tid / TPT, ld_lane = tid % TPT;
@@ -328,7 +350,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3 || SPLIT_COPIES == 5 || SPLIT_COPIES == 6,
                 "SPLIT_COPIES: 0, 2, 3, 5 or 6");
-  const bool loads = !(p.mode & MODE_NO_LOADS);
+  const bool loads = KIND == MATH_ALONE ? false
+                    : (KIND == PROD && FIX_LOADS) || !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
     __syncthreads();
@@ -414,11 +437,11 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
 #pragma unroll
     for (int n = 0; n < 16; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.f;
 
-  const bool math = !(p.mode & MODE_NO_MATH);
+  const bool math = FIX_ME || !(p.mode & MODE_NO_MATH);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
   constexpr int DG = 0;   // the per-part diagnostics run on the H200 only
 #else
-  constexpr int DG = DIAG;
+  constexpr int DG = KIND == PARTS;
 #endif
   const bool do_sm = math && !(DG && (p.mode & MODE_NO_SOFTMAX));
   const bool do_qk = math && !(DG && (p.mode & MODE_NO_QK));
@@ -996,15 +1019,15 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   store_tile<BM, OSTRIDE, THREADS>(p, it, osm, lse_s, rows, row_base, grow0, tid);
 }
 
-template <int HALVES, int DIAG>
+template <int HALVES, int KIND>
 __global__ void __launch_bounds__(Layout<HALVES>::THREADS, Layout<HALVES>::MIN_BLOCKS)
 mla_verify_kernel_rowsd(const Params p) {
-  rowsd_body<HALVES, DIAG, false>(p);
+  rowsd_body<HALVES, KIND, false>(p);
 }
-template <int HALVES>
+template <int HALVES, int KIND>
 __global__ void __launch_bounds__(Layout<HALVES>::THREADS, Layout<HALVES>::MIN_BLOCKS)
 mla_verify_kernel_rowsd_fp8(const Params p) {
-  rowsd_body<HALVES, 0, true>(p);
+  rowsd_body<HALVES, KIND, true>(p);
 }
 
 }  // namespace rowsd
