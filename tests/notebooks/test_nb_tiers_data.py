@@ -49,25 +49,25 @@ def test_tier_rows_match_the_kernel_and_the_recorded_files():
 
 
 def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
-    """The newest H200 bench (bench-h200-20261204T1734.json, the source of 2026-12-04 17:34: bf16
-    rows64d's copies as one block, fp8 rows64d's in pairs, the small tiers' machine code as at 03:52):
-    T = 1 ran at 8-row tiles, 62.1 us (61.7 at 13:06 and 62.4 at 03:52 with the same machine code),
-    against 156.3 us with rows64 forced; T = 4 ran rows32d; the centre ran rows64d, 110.3 us (median
-    of the sweeps that repeat it, bf16 rows only; 110.7 at 13:06) against 171.1 us with rows64 forced."""
+    """The newest H200 bench (bench-h200-20261204T1927.json, the source of 2026-12-04 19:27: rowsd's
+    verify kernel with its mode tests as constants, the small tiers' machine code as at 03:52):
+    T = 1 ran at 8-row tiles, 63.1 us (62.1 at 17:34, 61.7 at 13:06 with the same machine code),
+    against 158.7 us with rows64 forced; T = 4 ran rows32d; the centre ran rows64d, 107.7 us (median
+    of the sweeps that repeat it, bf16 rows only; 110.3 at 17:34) against 171.1 us with rows64 forced."""
     bench = data.newest(DATA, "bench")
     tab = data.tier_frame(data.bench_frame(bench, variants=True))
     t1 = data.select(tab, T=1, H=8, S=185000)
     assert len(t1) == 1
     r = t1.iloc[0]
     assert (r["tier"], r["tile"]) == (1, "small (8-row tiles)")
-    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "62.1 vs 156.3"
+    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "63.1 vs 158.7"
     assert data.centre_tier(tab) == 8
     t4 = data.select(tab, T=4, H=8, S=185000).iloc[0]
     assert (t4["tier"], t4["tile"]) == (6, "rows32d (32-row tiles)")
     c = data.select(tab, T=8, H=8, S=185000, batch=1, layout="scattered", page_size=1).iloc[0]
-    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "110.3 vs 171.1"
+    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "107.7 vs 171.1"
     flash_t1 = data.select(data.bench_frame(bench), impl=data.OURS, T=1)
-    assert [round(t, 1) for t in flash_t1["time_us"]] == [62.1]
+    assert [round(t, 1) for t in flash_t1["time_us"]] == [63.1]
 
 
 def test_recorded_backend_and_estimate_headlines():
@@ -105,20 +105,20 @@ def test_backend_counts_memcheck_errors_from_the_summary():
 
 
 def test_recorded_fixed_cost_and_phases():
-    """The fixed-cost and trace files of 2026-12-04 17:39 and 17:30 (kernel source 8c7fa02cd52cf0cd,
-    the small tiers' machine code as at 03:57): T = 1 on the bf16 pool costs 12.2 us beyond its bytes
-    (8.7 without the merge; 12.2 and 8.8 at 13:10 with the same machine code, 11.8 and 8.3 at 12:38:
-    the fit's intercept moves by that much between runs); at T = 1 the last store lands 1.5 us after
-    the median one (1.2 at 13:10), the blocks dispatched second on an SM loop 0.9 us longer (0.6),
-    and the merge ends 3.4 us after the last store."""
+    """The fixed-cost and trace files of 2026-12-04 19:27 and 19:21 (kernel source 6b039af8c516753a,
+    the small tiers' machine code as at 03:57): T = 1 on the bf16 pool costs 11.8 us beyond its bytes
+    (8.6 without the merge; 12.2 and 8.7 at 17:39 with the same machine code, 11.8 and 8.3 at 12:38:
+    the fit's intercept moves by that much between runs); at T = 1 the last store lands 1.7 us after
+    the median one (1.5 at 17:30), the blocks dispatched second on an SM loop 0.7 us longer (0.9),
+    and the merge ends 3.5 us after the last store (3.4)."""
     ff = data.fixed_cost_frame(data.newest(DATA, "fixed_cost"))
     t1 = data.select(ff, pool=data.BF16_KV, T=1)
-    assert [round(v, 1) for v in t1["intercept_us"]] == [12.2, 8.7]
+    assert [round(v, 1) for v in t1["intercept_us"]] == [11.8, 8.6]
     assert list(t1["part"]) == ["whole call", "without the merge"]
     tf = data.trace_frame(data.newest(DATA, "trace"))
     r = data.select(tf, pool=data.BF16_KV, T=1, S=185000).iloc[0]
-    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (1.5, 3.4)
-    assert round(r["second_cta_us"], 1) == 0.9 and r["launch_spread_us"] < 0.5
+    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (1.7, 3.5)
+    assert round(r["second_cta_us"], 1) == 0.7 and r["launch_spread_us"] < 0.5
     assert r["tile"] == "small (8-row tiles)"
 
 
