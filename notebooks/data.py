@@ -856,8 +856,8 @@ def _readable_variant(variant: str) -> str:
     return f"rows{32 * int(m.group(1))}d" + ("_diag" if m.group(2) == "1" else "") if m else variant
 
 
-# kernel.build's suffix of a design D copy (tier_rowsd.cuh's Kind) -> its words
-_ROWSD_COPY = {None: "", "_diag": ", diagnostic copy", "_math": ", math-alone copy", "_modes": ", diagnostic-modes copy"}
+# kernel.build's suffix of a tier's copy (Kind, kernel/csrc/verify_common.cuh) -> its words
+_COPY = {None: "", "_diag": ", diagnostic copy", "_math": ", math-alone copy", "_modes": ", diagnostic-modes copy"}
 
 
 def _variant_tier(variant: str) -> str:
@@ -868,16 +868,16 @@ def _variant_tier(variant: str) -> str:
     variant = _readable_variant(variant)
     if variant.endswith("_fp8"):   # the fp8_e4m3 pool's copy of a tier (kernel/FP8.md)
         return _variant_tier(variant[:-4]) + ", fp8 copy"
-    m = re.fullmatch(r"small_nt(\d+)", variant)
+    m = re.fullmatch(r"small_nt(\d+)(_math|_modes)?", variant)
     if m:
-        return tier_name(int(m.group(1)))
+        return tier_name(int(m.group(1))) + _COPY[m.group(2)]
     if variant == "rows64":
         return tier_name(0)
     if variant.startswith("rows64d_pair"):   # issue 25's opt-in rung (tier 9)
         return tier_name(9) + (", diagnostic copy" if variant.endswith("_diag") else "")
     m = re.fullmatch(r"rows(32|64)d(_diag|_math|_modes)?", variant)
     if m:
-        return tier_name(8 if m.group(1) == "64" else 6) + _ROWSD_COPY[m.group(2)]
+        return tier_name(8 if m.group(1) == "64" else 6) + _COPY[m.group(2)]
     m = re.fullmatch(r"combine_r(\d+)(_few)?", variant)
     if not m:
         return variant

@@ -122,7 +122,11 @@ NOISE_TIERS = (6, 8)
 # runtime mode tests (loads, math, evict-first) as constants in the verify kernel. bf16 all three: rows32d
 # -7 % at T = 4, -9 % at T = 8, rows64d -2.8 % at the centre, a tie at T = 32; fp8 the loads alone:
 # -2.8 % rows32d, -3.7 / -2.1 / -1.9 % rows64d at T = 8 / 16 / 32 (all three there -1.3 to +1.3 %).
-# Production since as tier_rowsd.cuh's Kind PROD; modes_runtime is the production before.
+# Production since as tier_rowsd.cuh's Kind PROD; modes_runtime is the production before. In the same
+# runs (commit 48c4265's -DMLAV_SMALL_MODE_CONST, ...T1920-modes-prod-small-run{1,2,3}.json) the small
+# tiers' loads and math (bf16 also evict-first) as constants: fp8 -4.3 % at T = 1, -4.6 / -4.8 / -3.9 %
+# at T = 8 / 16 / 32 (tier 4); bf16 T = 1 -0.2 to -1.4 %, a tie. Production on fp8 since
+# (tier_small8.cuh); small8_modes_runtime is the production before.
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -143,6 +147,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # rowsd's mode bits read at run time in the verify kernel, the production before its Kind PROD
     # fixed them (tier_rowsd.cuh): the full call only (its no_loads rows run the math-alone copy)
     "modes_runtime": (("MLAV_MODES_RUNTIME",), (8, 6)),
+    # the fp8 small tier's mode bits read at run time in the verify kernel, the production before
+    # (tier_small8.cuh; the full call only; the bf16 small tier's code is production's)
+    "small8_modes_runtime": (("MLAV_SMALL8_MODES_RUNTIME",), (1, 4)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -54,16 +54,23 @@ int blocks_per_sm(K kernel, int smem, int dev, int* cache, int threads = NTHREAD
   return n;
 }
 
-// The small tier (bf16 pool) or its fp8 copy (tier_small8.cuh).
+// The small tier (bf16 pool) or its fp8 copy (tier_small8.cuh), whose copy (Kind) the mode bits
+// pick: none of the diagnostic bits, the verify kernel; loads off alone, its math alone; else the
+// copy that reads them all. The bf16 tier reads them at run time in its one copy.
 template <int NT, bool FP8>
 cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int dev) {
-  static bool done[64] = {};
-  static int occ[64] = {};
+  static bool done[4][64] = {};
+  static int occ[4][64] = {};
   constexpr int smem = FP8 ? small8::Layout<NT>::SMEM : small::Layout<NT>::SMEM;
-  auto kernel = FP8 ? small8::mla_verify_kernel_small8<NT> : small::mla_verify_kernel_small<NT>;
-  cudaError_t err = allow_smem(kernel, smem, dev, done);
+  const int diag = p.mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE);
+  const int kind = !FP8 || !diag ? PROD : diag == MODE_NO_LOADS ? MATH_ALONE : ANY_MODE;
+  using K = void (*)(const Params);
+  const K kernels[4] = {FP8 ? small8::mla_verify_kernel_small8<NT, PROD> : small::mla_verify_kernel_small<NT>, nullptr,
+                        small8::mla_verify_kernel_small8<NT, MATH_ALONE>, small8::mla_verify_kernel_small8<NT, ANY_MODE>};
+  const K kernel = kernels[kind];
+  cudaError_t err = allow_smem(kernel, smem, dev, done[kind]);
   if (err != cudaSuccess) return err;
-  const int per_sm = blocks_per_sm(kernel, smem, dev, occ);
+  const int per_sm = blocks_per_sm(kernel, smem, dev, occ[kind]);
   p.target_ctas *= per_sm < CAP_MULT / 2 ? per_sm : CAP_MULT / 2;
   p.part_cap = 2 * p.target_ctas;
   kernel<<<grid_for(8 * NT, p.target_ctas, num_tokens, p.H, bs), NTHREADS, smem, st>>>(p);
@@ -113,17 +120,17 @@ cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int 
   static bool done[4][64] = {};
   static int occ[4][64] = {};
   const int diag = p.mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE);
-  int kind = rowsd::PROD;
-  if (FP8) kind = diag & MODE_NO_LOADS ? rowsd::MATH_ALONE : rowsd::PROD;
-  else if (parts) kind = rowsd::PARTS;
-  else if (diag == MODE_NO_LOADS) kind = rowsd::MATH_ALONE;
-  else if (diag) kind = rowsd::ANY_MODE;
+  int kind = PROD;
+  if (FP8) kind = diag & MODE_NO_LOADS ? MATH_ALONE : PROD;
+  else if (parts) kind = PARTS;
+  else if (diag == MODE_NO_LOADS) kind = MATH_ALONE;
+  else if (diag) kind = ANY_MODE;
   using K = void (*)(const Params);
   const K kernels[4] = {
-      FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, rowsd::PROD> : rowsd::mla_verify_kernel_rowsd<HALVES, rowsd::PROD>,
-      FP8 ? nullptr : rowsd::mla_verify_kernel_rowsd<HALVES, rowsd::PARTS>,
-      FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, rowsd::MATH_ALONE> : rowsd::mla_verify_kernel_rowsd<HALVES, rowsd::MATH_ALONE>,
-      FP8 ? nullptr : rowsd::mla_verify_kernel_rowsd<HALVES, rowsd::ANY_MODE>};
+      FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, PROD> : rowsd::mla_verify_kernel_rowsd<HALVES, PROD>,
+      FP8 ? nullptr : rowsd::mla_verify_kernel_rowsd<HALVES, PARTS>,
+      FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, MATH_ALONE> : rowsd::mla_verify_kernel_rowsd<HALVES, MATH_ALONE>,
+      FP8 ? nullptr : rowsd::mla_verify_kernel_rowsd<HALVES, ANY_MODE>};
   const K kernel = kernels[kind];
   cudaError_t err = allow_smem(kernel, Lo::SMEM, dev, done[kind]);
   if (err != cudaSuccess) return err;

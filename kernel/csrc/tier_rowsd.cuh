@@ -152,16 +152,13 @@ struct Layout {
   static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 };
 
-// The copies of the body (launch_rowsd picks one from the call's mode bits):
-//   PROD       the verify kernel. Runtime mode tests in its loop cost issue slots whether taken or
-//              not (bf16 half 0: 88 of 407 sm_90 instructions a tile, kernel/bench/half_paths.py),
-//              so the pool's FIX_* flags below make them compile-time constants here;
-//   MATH_ALONE PROD without its loads (math on resident tiles: the micro's and overlap's no_loads);
+// The copies of the body (Kind, verify_common.cuh; launch_rowsd picks one from the call's mode bits):
+//   PROD       the verify kernel, the pool's FIX_* flags below compile-time constants (runtime
+//              tests cost bf16 half 0 88 of 407 sm_90 instructions a tile, kernel/bench/half_paths.py);
+//   MATH_ALONE PROD without its loads;
 //   ANY_MODE   every mode bit read at run time (loads alone, plain cache; bf16 only: fp8's PROD
 //              reads those two itself);
-//   PARTS      ANY_MODE that also reads bits 16/32/64 (skip the softmax, QK or PV: per-part
-//              timings of the math; bf16 only).
-enum Kind { PROD = 0, PARTS = 1, MATH_ALONE = 2, ANY_MODE = 3 };
+//   PARTS      ANY_MODE that also reads bits 16/32/64 (per-part timings of the math; bf16 only).
 // What PROD fixes, per pool (three runs each, rungs/overlap*-h200-20261204T1909.json): bf16 the
 // loads, the math and evict-first, -7 % (rows32d) and -2.8 % (rows64d) at the centre, a tie at
 // T = 32; fp8 the loads alone, -2 to -3.7 % at T = 8-32, where fixing all three, or the math

@@ -33,6 +33,13 @@ constexpr int MODE_NO_PDL = 128;
 // zeros, so that the math-only timing sees the tensor pipe toggle as on real KV (power, clocks)
 constexpr int MODE_NOISE_RING = 256;
 
+// The copies of a tier's body that the mode bits pick at launch (mla_verify.cu): runtime mode tests
+// in a loop cost issue slots whether taken or not, so the verify kernel (PROD) fixes the ones its
+// tier measured faster fixed (tier_rowsd.cuh, tier_small8.cuh); MATH_ALONE is PROD without its
+// loads (the micro's and overlap's no_loads); ANY_MODE reads every mode bit at run time; PARTS
+// (rowsd's bf16 copy only) also reads bits 16/32/64
+enum Kind { PROD = 0, PARTS = 1, MATH_ALONE = 2, ANY_MODE = 3 };
+
 // Phase timestamps, in the diagnostic build only (-DMLAV_TRACE: kernel/bench/trace.py, `gpu_run
 // --stages trace`): thread 0 of each CTA records %globaltimer (ns) at fixed points of the verify
 // kernel (TRACE_VERIFY) and the merge (TRACE_MERGE). The production build compiles none of it.
