@@ -1,5 +1,8 @@
-"""Microbenchmarks of the kernel memo's ladder, in situ: each tier's own kernel with stages
-left out, so what is measured is exactly the code that ships.
+"""Microbenchmarks of the kernel memo's ladder, in situ: each tier's own code with stages left
+out. The shipped rowsd and fp8 small kernels test no mode bits (constants cost fewer issue
+slots), so for those the bits pick a copy of the same body at launch (Kind,
+kernel/csrc/verify_common.cuh): the math alone is the shipped code with its loads compiled out;
+the other tiers run the shipped kernel itself with the bits tested at run time.
 
 - stream (rung L1): the kernel without its math and merge (mode 1 | 4): the paged KV gather
   alone, per tier and L2 policy (the small tier's evict-first, or plain), as GB/s of the KV

@@ -121,12 +121,13 @@ NOISE_TIERS = (6, 8)
 # three runs a pool, rungs/overlap*-h200-20261204T1909-mode-const-run{1,2,3}.json, bit-equal): rowsd's
 # runtime mode tests (loads, math, evict-first) as constants in the verify kernel. bf16 all three: rows32d
 # -7 % at T = 4, -9 % at T = 8, rows64d -2.8 % at the centre, a tie at T = 32; fp8 the loads alone:
-# -2.8 % rows32d, -3.7 / -2.1 / -1.9 % rows64d at T = 8 / 16 / 32 (all three there -1.3 to +1.3 %).
+# -2.8 % rows32d, -3.7 / -2.0 / -1.9 % rows64d at T = 8 / 16 / 32 (all three there -1.3 to +1.3 %).
 # Production since as tier_rowsd.cuh's Kind PROD; modes_runtime is the production before. In the same
 # runs (commit 48c4265's -DMLAV_SMALL_MODE_CONST, ...T1920-modes-prod-small-run{1,2,3}.json) the small
-# tiers' loads and math (bf16 also evict-first) as constants: fp8 -4.3 % at T = 1, -4.6 / -4.8 / -3.9 %
+# tiers' loads and math (bf16 also evict-first) as constants: fp8 -4.2 % at T = 1, -4.7 / -4.7 / -3.8 %
 # at T = 8 / 16 / 32 (tier 4); bf16 T = 1 -0.2 to -1.4 %, a tie. Production on fp8 since
-# (tier_small8.cuh); small8_modes_runtime is the production before.
+# (tier_small8.cuh), then -2.8 to -5.2 % (T = 1) and -3.4 to -4.8 % (tier 4) against
+# small8_modes_runtime, the production before (...T1944-small8-production-run{1,2,3}.json).
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
