@@ -128,6 +128,9 @@ NOISE_TIERS = (6, 8)
 # at T = 8 / 16 / 32 (tier 4); bf16 T = 1 -0.2 to -1.4 %, a tie. Production on fp8 since
 # (tier_small8.cuh), then -2.8 to -5.2 % (T = 1) and -3.4 to -4.8 % (tier 4) against
 # small8_modes_runtime, the production before (...T1944-small8-production-run{1,2,3}.json).
+# Measured and deleted (same session; commit 7668ebc, three runs a pool, ...T1958-evict-run{1,2,3}.json,
+# bit-equal): rowsd's evict-first apart from the math, fixed on fp8 with its loads (-DMLAV_FP8_FIX_EVICT,
+# -0.4 to +0.5 %) or tested at run time on bf16 (-DMLAV_BF16_EVICT_RUNTIME, +0.2 to +0.8 %): ties.
 # Each must write production's output bit for bit
 # name -> (-D macros, tiers whose code they change)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
