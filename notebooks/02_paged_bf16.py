@@ -639,7 +639,7 @@ else:
                           if k in glossary.SM120_ASSUMPTIONS else f"{k} = {v}" for k, v in a.items())
     bench_in = sm120["inputs"].get("bench")
     lines = [f"Model: {sm120['model']}; from `{sm120['inputs']['micro']}`"
-             + (f" and `{bench_in}`" if bench_in else " (its run had no bench file: the read ceiling is the micro file's)")
+             + (f" and `{bench_in}`" if bench_in else " (written from the micro file alone, before any bench of its run: the read ceiling is the micro file's)")
              + f". Published sm_120 figures: {published}. SM clocks: "
              + ", ".join(f"{names.get(k, k)} {v:g} GHz" for k, v in clocks.items())
              + f" (sources in the model file; the table: {names.get(sm120['default_clock'])}). Assumed: the H200's read ceiling over its "
