@@ -874,7 +874,7 @@ def _variant_tier(variant: str) -> str:
     if variant == "rows64":
         return tier_name(0)
     if variant.startswith("rows64d_pair"):   # issue 25's opt-in rung (tier 9)
-        return tier_name(9) + (", diagnostic copy" if variant.endswith("_diag") else "")
+        return tier_name(9) + (_COPY["_diag"] if variant.endswith("_diag") else "")
     m = re.fullmatch(r"rows(32|64)d(_diag|_math|_modes)?", variant)
     if m:
         return tier_name(8 if m.group(1) == "64" else 6) + _COPY[m.group(2)]
