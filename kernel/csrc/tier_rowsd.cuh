@@ -110,6 +110,15 @@ constexpr bool H0PV_PAIRS_FP8 = false;
 #else
 constexpr bool H0PV_PAIRS_FP8 = true;
 #endif
+// rows64d's half 1 on bf16: 0 runs softmax(j - 1), PV(j - 1), QK(j) in its step j; 1 and 2 (diagnostic,
+// -DMLAV_H1_LAG) run QK(j) with softmax(j - 1)'s stages between its k-steps, then, past its half
+// barrier, stores S(j) and runs PV(j - 1): half 1's softmax chain in the shadow of its own MMAs, as
+// H0_LAG does for half 0
+#ifdef MLAV_H1_LAG
+constexpr int H1_LAG_BF16 = MLAV_H1_LAG;
+#else
+constexpr int H1_LAG_BF16 = 0;
+#endif
 
 template <int HALVES, bool FP8 = false>
 struct Layout {
@@ -184,6 +193,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // kernel/NOTES.md). Production's math alone is within 1 % of the classic loop's (overlap T1920:
   // 98.2 against 98.5 us)
   constexpr int H0_LAG = KIND == PARTS ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
+  constexpr int H1_LAG = KIND == PARTS || HALVES != 2 || FP8 ? 0 : H1_LAG_BF16;
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
@@ -444,13 +454,12 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   const bool do_qk = math && !(DG && (p.mode & MODE_NO_QK));
   const bool do_pv = math && !(DG && (p.mode & MODE_NO_PV));
 
-  // partial S of tile `tile` over this warp's 32 rows and 144 dims -> xs, stored per row
-  // group (2 m + hr) in the order the softmax reads it
+  // partial S of tile `tile` over this warp's 32 rows and 144 dims into s (qk_s); store_s puts
+  // it in xs, per row group (2 m + hr) in the order the softmax reads it; qk does both
   // (draft_tag, std::bool_constant: the draft tiles' copy of the loop, fp8 only; see the loop)
   // hook(kk) runs at the top of k-step kk (the prefix tiles' QK; qk_copying issues a copy there)
-  auto qk = [&](int tile, auto draft_tag, auto hook) {
+  auto qk_s = [&](int tile, auto draft_tag, auto hook, float (&s)[2][2][4]) {
     constexpr bool DRAFT = decltype(draft_tag)::value;
-    float s[2][2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -525,12 +534,19 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         mma16816(s[1][1], qa[kk][1], cb[2], cb[3]);
       }
     }
+  };
+  auto store_s = [&](const float (&s)[2][2][4]) {
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
         xs[(warp * 4 + m * 2 + hr) * 32 + lane] =
             make_float4(s[m][0][2 * hr], s[m][0][2 * hr + 1], s[m][1][2 * hr], s[m][1][2 * hr + 1]);
+  };
+  auto qk = [&](int tile, auto draft_tag, auto hook) {
+    float s[2][2][4];
+    qk_s(tile, draft_tag, hook, s);
+    store_s(s);
   };
 
   // softmax of tile j for row srow: sum the four dim-quarter partials of this half, mask,
@@ -879,6 +895,31 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   auto step1 = [&](int j, auto draft_tag) {
     top(j);
+    if constexpr (H1_LAG) {
+      static_assert(SPLIT, "H1_LAG: half 0 issues the copies");
+      // j >= 1 (tile 0 runs before the loop). Every warp of the half loads xs(j - 1) at k-step 0,
+      // before the half barrier, so S(j) is stored past it; softmax(j) reads it after top(j + 1)
+      float s[2][2][4];
+      if (do_qk) {
+        SmState st;
+        qk_s(j, draft_tag, [&](int kk) {
+          if (!do_sm) return;
+          // the stages at k-steps 0, 2, 4, 6 (1) or 0, 1, 3, 5 (2: the partials' 16 registers
+          // live for one k-step)
+          if (kk == 0) sm_load(st);
+          if (kk == (H1_LAG == 2 ? 1 : 2)) sm_mask(j - 1, st);
+          if (kk == (H1_LAG == 2 ? 3 : 4)) sm_exp(st);
+          if (kk == (H1_LAG == 2 ? 5 : 6)) sm_store(j - 1, st);
+        }, s);
+      } else if (do_sm) {
+        softmax(j - 1);
+      }
+      half_bar();
+      if (do_qk) store_s(s);
+      if (do_pv) pv(j - 1, draft_tag, no_hook);
+      if (COPY_AT) cp_async_commit();
+      return;
+    }
     if (j > 0) {                                          // the CTA barrier ordered xs(j-1)
       if (do_sm) softmax(j - 1);
       half_bar();
@@ -928,6 +969,13 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     run(step0, 1);
   } else if (HALVES == 1 || r == 0) {
     run(step0, 0);
+  } else if (H1_LAG) {
+    if (n_tiles > 0) {                                    // tile 0: nothing to multiply yet
+      top(0);
+      if (do_qk) qk(0, std::false_type(), no_hook);
+      if (COPY_AT) cp_async_commit();
+    }
+    run(step1, 1);
   } else {
     run(step1, 0);
   }
