@@ -154,10 +154,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # the fp8 small tier's mode bits read at run time in the verify kernel, the production before
     # (tier_small8.cuh; the full call only; the bf16 small tier's code is production's)
     "small8_modes_runtime": (("MLAV_SMALL8_MODES_RUNTIME",), (1, 4)),
-    # bf16 rows64d's half 1: QK(j) with softmax(j - 1)'s stages between its k-steps (k-steps 0, 2,
-    # 4, 6; h1_lag2: 0, 1, 3, 5), then S(j)'s store and PV(j - 1) past its half barrier
-    "h1_lag": (("MLAV_H1_LAG=1",), (8,)),
+    # rows64d's half 1 (tier_rowsd.cuh, H1_LAG): bf16 softmax(j - 1), PV(j - 1), QK(j), the production
+    # before; bf16 QK(j) with softmax(j - 1)'s stages at k-steps 0, 1, 3, 5 (production: 0, 2, 4, 6);
+    # fp8 QK(j) with them at 0, 2, 4, 6
+    "h1_classic": (("MLAV_H1_LAG=0",), (8,)),
     "h1_lag2": (("MLAV_H1_LAG=2",), (8,)),
+    "h1_lag_fp8": (("MLAV_H1_LAG_FP8=1",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -54,16 +54,15 @@ int blocks_per_sm(K kernel, int smem, int dev, int* cache, int threads = NTHREAD
   return n;
 }
 
-// The small tier (bf16 pool) or its fp8 copy (tier_small8.cuh), whose copy (Kind) the mode bits
-// pick: none of the diagnostic bits, the verify kernel; loads off alone, its math alone; else the
-// copy that reads them all. The bf16 tier reads them at run time in its one copy.
+// The small tier (bf16 pool) or its fp8 copy (tier_small8.cuh), whose copy the mode bits pick
+// (copy_kind). The bf16 tier reads them at run time in its one copy.
 template <int NT, bool FP8>
 cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int dev) {
   static bool done[4][64] = {};
   static int occ[4][64] = {};
   constexpr int smem = FP8 ? small8::Layout<NT>::SMEM : small::Layout<NT>::SMEM;
   const int diag = p.mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE);
-  const int kind = !FP8 || !diag ? PROD : diag == MODE_NO_LOADS ? MATH_ALONE : ANY_MODE;
+  const int kind = FP8 ? copy_kind(diag) : PROD;
   using K = void (*)(const Params);
   const K kernels[4] = {FP8 ? small8::mla_verify_kernel_small8<NT, PROD> : small::mla_verify_kernel_small<NT>, nullptr,
                         small8::mla_verify_kernel_small8<NT, MATH_ALONE>, small8::mla_verify_kernel_small8<NT, ANY_MODE>};
@@ -110,21 +109,16 @@ cudaError_t launch_combine(const Params& p, long long rows, cudaStream_t st, boo
 
 // Design D tiers: HALVES 32-row pipelines per CTA; the one-half CTA runs two per SM where
 // registers and shared memory allow (the occupancy query decides, as for the small tier).
-// The mode bits pick the body's copy (tier_rowsd.cuh, Kind): none of the diagnostic bits, the
-// verify kernel; loads off alone, its math on resident tiles; any other bf16 mode, the copy that
-// reads them all (fp8's verify kernel reads no-math and plain-cache itself; the per-part bits
-// time bf16 only and are ignored on fp8).
+// The mode bits pick the body's copy (tier_rowsd.cuh, Kind): on bf16 the per-part bits PARTS, else
+// copy_kind's; on fp8 loads off the math alone, else the verify kernel, which reads no-math and
+// plain-cache itself (the per-part bits time bf16 only and are ignored on fp8).
 template <int HALVES, bool FP8>
 cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int dev, bool parts) {
   using Lo = rowsd::Layout<HALVES, FP8>;
   static bool done[4][64] = {};
   static int occ[4][64] = {};
   const int diag = p.mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE);
-  int kind = PROD;
-  if (FP8) kind = diag & MODE_NO_LOADS ? MATH_ALONE : PROD;
-  else if (parts) kind = PARTS;
-  else if (diag == MODE_NO_LOADS) kind = MATH_ALONE;
-  else if (diag) kind = ANY_MODE;
+  const int kind = FP8 ? (diag & MODE_NO_LOADS ? MATH_ALONE : PROD) : parts ? PARTS : copy_kind(diag);
   using K = void (*)(const Params);
   const K kernels[4] = {
       FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, PROD> : rowsd::mla_verify_kernel_rowsd<HALVES, PROD>,

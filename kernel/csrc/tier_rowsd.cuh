@@ -110,14 +110,22 @@ constexpr bool H0PV_PAIRS_FP8 = false;
 #else
 constexpr bool H0PV_PAIRS_FP8 = true;
 #endif
-// rows64d's half 1 on bf16: 0 runs softmax(j - 1), PV(j - 1), QK(j) in its step j; 1 and 2 (diagnostic,
-// -DMLAV_H1_LAG) run QK(j) with softmax(j - 1)'s stages between its k-steps, then, past its half
-// barrier, stores S(j) and runs PV(j - 1): half 1's softmax chain in the shadow of its own MMAs, as
-// H0_LAG does for half 0
+// rows64d's half 1: 0 runs softmax(j - 1), PV(j - 1), QK(j) in its step j; 1 runs QK(j) with
+// softmax(j - 1)'s stages between its k-steps (0, 2, 4, 6), then, past its half barrier, stores
+// S(j) and runs PV(j - 1): half 1's softmax chain in the shadow of its own MMAs, as H0_LAG does for
+// half 0 (fp8's draft tiles, whose QK has no k-step hook, keep 0); 2 as 1 at k-steps 0, 1, 3, 5.
+// Production on bf16: 1, -2.0 % at the centre and -5.4 % at T = 32 in three runs (2: -0.3 / -3.5 %;
+// kernel/bench/overlap.py, kernel/NOTES.md). -DMLAV_H1_LAG sets bf16 (0: the production before),
+// -DMLAV_H1_LAG_FP8 fp8 (diagnostic builds)
 #ifdef MLAV_H1_LAG
 constexpr int H1_LAG_BF16 = MLAV_H1_LAG;
 #else
-constexpr int H1_LAG_BF16 = 0;
+constexpr int H1_LAG_BF16 = 1;
+#endif
+#ifdef MLAV_H1_LAG_FP8
+constexpr int H1_LAG_FP8 = MLAV_H1_LAG_FP8;
+#else
+constexpr int H1_LAG_FP8 = 0;
 #endif
 
 template <int HALVES, bool FP8 = false>
@@ -161,17 +169,14 @@ struct Layout {
   static_assert(OFF_XS >= 64 * 4 && XS_BYTES >= 64 * 4, "the plan's scratch lives in xs");
 };
 
-// The copies of the body (Kind, verify_common.cuh; launch_rowsd picks one from the call's mode bits):
-//   PROD       the verify kernel, the pool's FIX_* flags below compile-time constants (runtime
-//              tests cost bf16 half 0 88 of 407 sm_90 instructions a tile, kernel/bench/half_paths.py);
-//   MATH_ALONE PROD without its loads;
-//   ANY_MODE   every mode bit read at run time (loads alone, plain cache; bf16 only: fp8's PROD
-//              reads those two itself);
-//   PARTS      ANY_MODE that also reads bits 16/32/64 (per-part timings of the math; bf16 only).
-// What PROD fixes, per pool (three runs each, rungs/overlap*-h200-20261204T1909.json): bf16 the
-// loads, the math and evict-first, -7 % (rows32d) and -2.8 % (rows64d) at the centre, a tie at
-// T = 32; fp8 the loads alone, -2 to -3.7 % at T = 8-32, where fixing all three, or the math
-// alone, ranged from -1.4 to +1.4 %, so fp8's math and evict-first stay runtime tests.
+// The copies of the body are verify_common.cuh's Kind (launch_rowsd picks one from the call's mode
+// bits); ANY_MODE and PARTS are bf16's only (fp8's PROD reads no-math and plain cache itself). PROD
+// fixes the pool's FIX_* flags below as compile-time constants: runtime tests cost bf16 half 0 88 of
+// 407 sm_90 instructions a tile (kernel/bench/half_paths.py). What PROD fixes, per pool (three runs
+// each, rungs/overlap*-h200-20261204T1909.json): bf16 the loads, the math and evict-first, -7 %
+// (rows32d) and -2.8 % (rows64d) at the centre, a tie at T = 32; fp8 the loads alone, -2 to -3.7 %
+// at T = 8-32, where fixing all three, or the math alone, ranged from -1.4 to +1.4 %, so fp8's math
+// and evict-first stay runtime tests.
 // -DMLAV_MODES_RUNTIME: nothing fixed, the production before (diagnostic builds)
 #ifdef MLAV_MODES_RUNTIME
 constexpr bool FIX_LOADS = false, FIX_MATH_EVICT_BF16 = false;
@@ -193,7 +198,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // kernel/NOTES.md). Production's math alone is within 1 % of the classic loop's (overlap T1920:
   // 98.2 against 98.5 us)
   constexpr int H0_LAG = KIND == PARTS ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
-  constexpr int H1_LAG = KIND == PARTS || HALVES != 2 || FP8 ? 0 : H1_LAG_BF16;
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
@@ -357,6 +361,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3 || SPLIT_COPIES == 5 || SPLIT_COPIES == 6,
                 "SPLIT_COPIES: 0, 2, 3, 5 or 6");
+  // half 1's QK takes the softmax where its k-steps hold no copies (fp8 on sm_80, 86: COPY_AT 1)
+  constexpr int H1_LAG = KIND == PARTS || !SPLIT ? 0 : FP8 ? H1_LAG_FP8 : H1_LAG_BF16;
   const bool loads = KIND == MATH_ALONE ? false
                     : (KIND == PROD && FIX_LOADS) || !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
@@ -895,30 +901,31 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   auto step1 = [&](int j, auto draft_tag) {
     top(j);
-    if constexpr (H1_LAG) {
-      static_assert(SPLIT, "H1_LAG: half 0 issues the copies");
-      // j >= 1 (tile 0 runs before the loop). Every warp of the half loads xs(j - 1) at k-step 0,
-      // before the half barrier, so S(j) is stored past it; softmax(j) reads it after top(j + 1)
-      float s[2][2][4];
-      if (do_qk) {
-        SmState st;
-        qk_s(j, draft_tag, [&](int kk) {
-          if (!do_sm) return;
-          // the stages at k-steps 0, 2, 4, 6 (1) or 0, 1, 3, 5 (2: the partials' 16 registers
-          // live for one k-step)
-          if (kk == 0) sm_load(st);
-          if (kk == (H1_LAG == 2 ? 1 : 2)) sm_mask(j - 1, st);
-          if (kk == (H1_LAG == 2 ? 3 : 4)) sm_exp(st);
-          if (kk == (H1_LAG == 2 ? 5 : 6)) sm_store(j - 1, st);
-        }, s);
-      } else if (do_sm) {
-        softmax(j - 1);
+    if constexpr (H1_LAG != 0) {
+      if constexpr (!decltype(draft_tag)::value) {   // (fp8's draft tiles: as below)
+        // j >= 1 (tile 0 runs before the loop). Every warp of the half loads xs(j - 1) at k-step 0,
+        // before the half barrier, so S(j) is stored past it; softmax(j) reads it after top(j + 1)
+        float s[2][2][4];
+        if (do_qk) {
+          SmState st;
+          qk_s(j, draft_tag, [&](int kk) {
+            if (!do_sm) return;
+            // the stages at k-steps 0, 2, 4, 6 (1) or 0, 1, 3, 5 (2: the partials' 16 registers
+            // live for one k-step)
+            if (kk == 0) sm_load(st);
+            if (kk == (H1_LAG == 2 ? 1 : 2)) sm_mask(j - 1, st);
+            if (kk == (H1_LAG == 2 ? 3 : 4)) sm_exp(st);
+            if (kk == (H1_LAG == 2 ? 5 : 6)) sm_store(j - 1, st);
+          }, s);
+        } else if (do_sm) {
+          softmax(j - 1);
+        }
+        half_bar();
+        if (do_qk) store_s(s);
+        if (do_pv) pv(j - 1, draft_tag, no_hook);
+        if (COPY_AT) cp_async_commit();
+        return;
       }
-      half_bar();
-      if (do_qk) store_s(s);
-      if (do_pv) pv(j - 1, draft_tag, no_hook);
-      if (COPY_AT) cp_async_commit();
-      return;
     }
     if (j > 0) {                                          // the CTA barrier ordered xs(j-1)
       if (do_sm) softmax(j - 1);
@@ -969,10 +976,13 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     run(step0, 1);
   } else if (HALVES == 1 || r == 0) {
     run(step0, 0);
-  } else if (H1_LAG) {
+  } else if constexpr (H1_LAG != 0) {
     if (n_tiles > 0) {                                    // tile 0: nothing to multiply yet
       top(0);
-      if (do_qk) qk(0, std::false_type(), no_hook);
+      if (do_qk) {
+        if (!FP8 || n_main() > 0) qk(0, std::false_type(), no_hook);
+        else qk(0, std::true_type(), no_hook);
+      }
       if (COPY_AT) cp_async_commit();
     }
     run(step1, 1);

@@ -39,6 +39,10 @@ constexpr int MODE_NOISE_RING = 256;
 // loads (the micro's and overlap's no_loads); ANY_MODE reads every mode bit at run time; PARTS
 // (rowsd's bf16 copy only) also reads bits 16/32/64
 enum Kind { PROD = 0, PARTS = 1, MATH_ALONE = 2, ANY_MODE = 3 };
+// the copy a tier with PROD, MATH_ALONE and ANY_MODE runs for the diagnostic bits `diag` of its call
+// (p.mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE)): none, the verify kernel; loads off
+// alone, its math alone; any other, the copy that reads them all
+inline int copy_kind(int diag) { return !diag ? PROD : diag == MODE_NO_LOADS ? MATH_ALONE : ANY_MODE; }
 
 // Phase timestamps, in the diagnostic build only (-DMLAV_TRACE: kernel/bench/trace.py, `gpu_run
 // --stages trace`): thread 0 of each CTA records %globaltimer (ns) at fixed points of the verify
