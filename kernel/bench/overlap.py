@@ -159,7 +159,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # 8-28 bytes on sm_89 and sm_90) or 0, 1, 3, 5 (h1_lag2, bf16), then S(j)'s store and PV(j - 1)
     # past its half barrier. Measured (2026-12-04, seventh session; commit 8c13591, three runs,
     # rungs/overlap-h200-20261204T2126-h1-lag-run{1,2,3}.json, bit-equal): h1_lag -2.0 % at the centre,
-    # -5.4 % at T = 32; h1_lag2 -0.3 / -3.5 %
+    # -5.5 % at T = 32 (means; runs -5.3 to -5.9 %); h1_lag2 -0.2 / -3.4 %
     "h1_lag": (("MLAV_H1_LAG=1",), (8,)),
     "h1_lag2": (("MLAV_H1_LAG=2",), (8,)),
     "h1_lag_fp8": (("MLAV_H1_LAG_FP8=1",), (8,)),

@@ -114,8 +114,8 @@ constexpr bool H0PV_PAIRS_FP8 = true;
 // softmax(j - 1)'s stages between its k-steps (0, 2, 4, 6), then, past its half barrier, stores
 // S(j) and runs PV(j - 1): half 1's softmax chain in the shadow of its own MMAs, as H0_LAG does for
 // half 0 (fp8's draft tiles, whose QK has no k-step hook, keep 0); 2 as 1 at k-steps 0, 1, 3, 5.
-// Measured on bf16 (-DMLAV_H1_LAG=1, bit-equal, three runs): -2.0 % at the centre and -5.4 % at
-// T = 32 (2: -0.3 / -3.5 %; kernel/bench/overlap.py, kernel/NOTES.md). Production stays 0 until
+// Measured on bf16 (-DMLAV_H1_LAG=1, bit-equal, three runs): -2.0 % at the centre and -5.5 % at
+// T = 32 (2: -0.2 / -3.4 %; kernel/bench/overlap.py, kernel/NOTES.md). Production stays 0 until
 // the guarantees (validation, sanitizers, SGLang's backend) have run on 1: the device left before
 // they could. -DMLAV_H1_LAG sets bf16, -DMLAV_H1_LAG_FP8 fp8 (diagnostic builds)
 #ifdef MLAV_H1_LAG
