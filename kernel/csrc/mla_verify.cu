@@ -61,8 +61,7 @@ cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int 
   static bool done[4][64] = {};
   static int occ[4][64] = {};
   constexpr int smem = FP8 ? small8::Layout<NT>::SMEM : small::Layout<NT>::SMEM;
-  const int diag = p.mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE);
-  const int kind = FP8 ? copy_kind(diag) : PROD;
+  const int kind = FP8 ? copy_kind(p.mode) : PROD;
   using K = void (*)(const Params);
   const K kernels[4] = {FP8 ? small8::mla_verify_kernel_small8<NT, PROD> : small::mla_verify_kernel_small<NT>, nullptr,
                         small8::mla_verify_kernel_small8<NT, MATH_ALONE>, small8::mla_verify_kernel_small8<NT, ANY_MODE>};
@@ -117,8 +116,7 @@ cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int 
   using Lo = rowsd::Layout<HALVES, FP8>;
   static bool done[4][64] = {};
   static int occ[4][64] = {};
-  const int diag = p.mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE);
-  const int kind = FP8 ? (diag & MODE_NO_LOADS ? MATH_ALONE : PROD) : parts ? PARTS : copy_kind(diag);
+  const int kind = FP8 ? (p.mode & MODE_NO_LOADS ? MATH_ALONE : PROD) : parts ? PARTS : copy_kind(p.mode);
   using K = void (*)(const Params);
   const K kernels[4] = {
       FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, PROD> : rowsd::mla_verify_kernel_rowsd<HALVES, PROD>,
@@ -253,14 +251,14 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
                                        rows64::SMEM_BYTES, st>>>(p);
     err = cudaGetLastError();
   } else if (tier == 6 || tier == 8) {
-    const bool parts = mode & (MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV);
+    const bool parts = mode & MODE_PARTS;
     if (kv_fp8) err = tier == 6 ? launch_rowsd<1, true>(p, num_tokens, bs, st, dev, parts)
                                 : launch_rowsd<2, true>(p, num_tokens, bs, st, dev, parts);
     else err = tier == 6 ? launch_rowsd<1, false>(p, num_tokens, bs, st, dev, parts)
                          : launch_rowsd<2, false>(p, num_tokens, bs, st, dev, parts);
   } else if (tier == 9) {
     err = launch_rows64d_pair(p, num_tokens, bs, st, dev,
-                              (mode & (MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV)) ? 1 : 0);
+                              (mode & MODE_PARTS) ? 1 : 0);
   } else if (tier == 1) {
     err = kv_fp8 ? launch_small<1, true>(p, num_tokens, bs, st, dev) : launch_small<1, false>(p, num_tokens, bs, st, dev);
   } else if (tier == 2) {

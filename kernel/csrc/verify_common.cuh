@@ -27,6 +27,7 @@ constexpr float LN2 = 0.6931471805599453f;
 constexpr int MODE_NO_MATH = 1, MODE_NO_LOADS = 2, MODE_NO_MERGE = 4, MODE_PLAIN_CACHE = 8;
 // rows64d's diagnostic copy only: leave out one part of the per-tile math
 constexpr int MODE_NO_SOFTMAX = 16, MODE_NO_QK = 32, MODE_NO_PV = 64;
+constexpr int MODE_PARTS = MODE_NO_SOFTMAX | MODE_NO_QK | MODE_NO_PV;
 // launch the merge as an ordinary kernel, not as a programmatic dependent (PDL, sm_90+)
 constexpr int MODE_NO_PDL = 128;
 // with MODE_NO_LOADS (rowsd, tiers 6 and 8): the resident tiles hold finite pseudo-random values, not
@@ -39,10 +40,13 @@ constexpr int MODE_NOISE_RING = 256;
 // loads (the micro's and overlap's no_loads); ANY_MODE reads every mode bit at run time; PARTS
 // (rowsd's bf16 copy only) also reads bits 16/32/64
 enum Kind { PROD = 0, PARTS = 1, MATH_ALONE = 2, ANY_MODE = 3 };
-// the copy a tier with PROD, MATH_ALONE and ANY_MODE runs for the diagnostic bits `diag` of its call
-// (p.mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE)): none, the verify kernel; loads off
-// alone, its math alone; any other, the copy that reads them all
-inline int copy_kind(int diag) { return !diag ? PROD : diag == MODE_NO_LOADS ? MATH_ALONE : ANY_MODE; }
+// the copy a tier with PROD, MATH_ALONE and ANY_MODE runs for a call's mode bits: none of loads off,
+// math off and plain cache, the verify kernel; loads off alone, its math alone; any other, the copy
+// that reads them all
+inline int copy_kind(int mode) {
+  const int diag = mode & (MODE_NO_LOADS | MODE_NO_MATH | MODE_PLAIN_CACHE);
+  return !diag ? PROD : diag == MODE_NO_LOADS ? MATH_ALONE : ANY_MODE;
+}
 
 // Phase timestamps, in the diagnostic build only (-DMLAV_TRACE: kernel/bench/trace.py, `gpu_run
 // --stages trace`): thread 0 of each CTA records %globaltimer (ns) at fixed points of the verify
