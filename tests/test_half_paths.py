@@ -17,8 +17,10 @@ def test_each_half_runs_its_mmas_and_softmax_and_half_0_the_copies(lib_dir, arch
     h0, h1 = half_paths.check(lib_dir, arch)
     for h in (h0, h1):   # 36 QK + 32 PV MMAs a warp and tile; the softmax's exp2 and reciprocal
         assert h["hmma"] == 68 and h["mufu"] >= 4, h
-    # bf16 half 0 issues the tile's nine copy pieces (SPLIT_COPIES); half 1's LDGSTS are warp 4's slot ids
+    # bf16 half 0 issues the tile's nine copy pieces (SPLIT_COPIES); half 1's LDGSTS are warp 4's slot
+    # ids, which half 0's path leaves out (no warp of half 0 copies them)
     assert h0["ldgsts"] >= 9 and h1["ldgsts"] <= 2, (h0, h1)
+    assert h0["id_copies"] == 0 and h1["id_copies"] == h1["ldgsts"] > 0, (h0, h1)
     assert h0["instructions"] > h1["instructions"] and h0["dummy_lds"] <= h0["lds"]
 
 
@@ -63,3 +65,16 @@ def test_the_steady_path_takes_the_exponentials_not_the_edge_masks_division():
           ins(0x60, "BRA", 0x00, pred=True)]
     path = half_paths.steady_path(fn, 0, len(fn) - 1)
     assert [x.addr for x in path] == [0x00, 0x10, 0x50, 0x60]
+
+
+def test_half_0s_path_leaves_out_warp_4s_slot_id_copies():
+    def ins(addr, op, target=None, pred=False):
+        return Instr(addr, op, [1], target, pred)
+    fn = [ins(0x00, "HMMA.16816.F32.BF16"),
+          ins(0x10, "BRA", 0x40, pred=True),      # around warp 4's slot-id copy
+          ins(0x20, "LDGSTS.E.64"), ins(0x30, "IADD3"),
+          ins(0x40, "LDGSTS.E.BYPASS.128"),       # a copy piece
+          ins(0x50, "BRA", 0x00, pred=True)]
+    assert [x.addr for x in half_paths.steady_path(fn, 0, 5)] == [0x00, 0x10, 0x20, 0x30, 0x40, 0x50]
+    assert [x.addr for x in half_paths.steady_path(fn, 0, 5, ids=False)] == [0x00, 0x10, 0x40, 0x50]
+    assert half_paths.is_id_copy(fn[2]) and not half_paths.is_id_copy(fn[4])

@@ -9,8 +9,11 @@ most HMMAs, then the most MUFU.EX2 (the softmax's exponentials taken), then the 
 copies taken), then the fewest instructions (the rare rescale and edge-mask branches left out).
 Only EX2 counts among the MUFUs: the edge mask divides by H (I2F, MUFU.RCP, F2I), and counting its
 RCP drew the path into that rare branch, ~55-67 instructions a half (the counts before 2026-12-04's
-fifth session, kernel/NOTES.md). A predicated-off instruction is counted: it still takes an issue
-slot. Reported per path: its length, HMMAs, LDGSTS, shared loads, and the never-executed `@!PT LDS
+fifth session, kernel/NOTES.md). The slot-id copies (LDGSTS of 4 or 8 bytes) are warp 4's, a warp of
+half 1: half 1's path takes them, half 0's path leaves them out where its loop holds them (until
+2026-12-04's eighth session it took them: ~30 sm_90 instructions that half 0 never runs). A
+predicated-off instruction is counted: it still takes an issue slot. Reported per path: its
+length, HMMAs, LDGSTS (of them slot-id copies), shared loads, and the never-executed `@!PT LDS
 RZ, [RZ]` that ptxas puts before an LDGSTS following shared loads. The loop with the copy pieces
 (bf16's nine, fp8's five H0PV pieces) is half 0; the other, whose only LDGSTS are warp 4's slot
 ids, is half 1.
@@ -31,16 +34,35 @@ FUNCTIONS = {"bf16": pair_sass.FUNCTIONS[8],                          # rows64d,
 MIN_HMMA = 60                            # a half's loop holds 68 (36 QK + 32 PV a warp)
 
 
+def is_id_copy(x: probe_sass.Instr) -> bool:
+    """A slot-id copy (4 or 8 bytes); the tile's copy pieces are 16-byte LDGSTS (.128)."""
+    return x.op.startswith("LDGSTS") and ".128" not in x.op
+
+
 def _step(x: probe_sass.Instr) -> tuple[int, int, int, int]:
     return (x.op.startswith("HMMA"), x.op.startswith("MUFU.EX2"), x.op.startswith("LDGSTS"), -1)
 
 
-def steady_path(fn: list[probe_sass.Instr], head: int, back: int) -> list[probe_sass.Instr]:
-    """The path head -> back (indices into fn) described in the module docstring; [] if none."""
+def _step_no_ids(x: probe_sass.Instr) -> tuple[int, int, int, int, int]:
+    return (x.op.startswith("HMMA"), x.op.startswith("MUFU.EX2"), x.op.startswith("LDGSTS") and not is_id_copy(x),
+            -is_id_copy(x), -1)
+
+
+def steady_path(fn: list[probe_sass.Instr], head: int, back: int, ids: bool = True) -> list[probe_sass.Instr]:
+    """The path head -> back (indices into fn) described in the module docstring; [] if none.
+    ids=False: the path with the fewest slot-id copies (half 0's)."""
     try:
-        return probe_sass._trace(fn, fn[head].addr, fn[back].addr, score=_step)
+        return probe_sass._trace(fn, fn[head].addr, fn[back].addr, score=_step if ids else _step_no_ids)
     except probe_sass.SassError:
         return []
+
+
+def _counts(path: list[probe_sass.Instr]) -> dict:
+    ops = Counter(y.op.split(".")[0] for y in path)
+    return {"instructions": len(path), "hmma": ops["HMMA"], "mufu": ops["MUFU"], "ldgsts": ops["LDGSTS"],
+            "id_copies": sum(map(is_id_copy, path)), "lds": ops["LDS"],
+            "dummy_lds": sum(y.op.startswith("LDS") and y.pred and not y.regs for y in path),
+            "ops": dict(ops.most_common())}
 
 
 def half_loops(fn: list[probe_sass.Instr]) -> list[dict]:
@@ -56,11 +78,7 @@ def half_loops(fn: list[probe_sass.Instr]) -> list[dict]:
         path = steady_path(fn, head, k)
         if not path:
             continue
-        ops = Counter(y.op.split(".")[0] for y in path)
-        rows.append({"head": fn[head].addr, "back": x.addr, "instructions": len(path), "hmma": ops["HMMA"],
-                     "mufu": ops["MUFU"], "ldgsts": ops["LDGSTS"], "lds": ops["LDS"],
-                     "dummy_lds": sum(y.op.startswith("LDS") and y.pred and not y.regs for y in path),
-                     "ops": dict(ops.most_common())})
+        rows.append({"head": fn[head].addr, "back": x.addr, **_counts(path)})
     return rows
 
 
@@ -72,10 +90,15 @@ def check(lib_dir: Path, arch: str = "90", pool: str = "bf16") -> list[dict]:
     fns = probe_sass.parse(probe_sass.sass_of(lib_dir, arch))
     if function not in fns:
         raise probe_sass.SassError(f"{function} not in the sm_{arch} code of {lib_dir}")
-    rows = sorted(half_loops(fns[function]), key=lambda r: -r["ldgsts"])
+    fn = fns[function]
+    # half 0: the most copy pieces; half 1: then the most LDGSTS (its slot ids) and HMMAs (fp8's draft
+    # tiles run loops of their own, without copies)
+    rows = sorted(half_loops(fn), key=lambda r: (r["id_copies"] - r["ldgsts"], -r["ldgsts"], -r["hmma"]))
     if len(rows) < 2:
         raise probe_sass.SassError(f"sm_{arch}: {len(rows)} loop(s) with {MIN_HMMA}+ HMMAs, expected one a half")
-    return [dict(r, arch=f"sm_{arch}", half=h) for h, r in enumerate(rows[:2])]
+    at = {x.addr: i for i, x in enumerate(fn)}
+    h0 = dict(rows[0], **_counts(steady_path(fn, at[rows[0]["head"]], at[rows[0]["back"]], ids=False)))
+    return [dict(r, arch=f"sm_{arch}", half=h) for h, r in enumerate((h0, rows[1]))]
 
 
 def main(argv=None) -> int:
@@ -87,7 +110,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     for r in check(a.lib or build.build(build.ARCHS), a.arch, a.pool):
         print(f"{r['arch']} half {r['half']}: {r['instructions']} instructions a tile and warp, {r['hmma']} HMMA, "
-              f"{r['mufu']} MUFU, {r['ldgsts']} LDGSTS, {r['lds']} LDS of which {r['dummy_lds']} never executed "
+              f"{r['mufu']} MUFU, {r['ldgsts']} LDGSTS ({r['id_copies']} slot-id copies), {r['lds']} LDS of which {r['dummy_lds']} never executed "
               f"(loop {r['head']:#x}..{r['back']:#x})")
     return 0
 
