@@ -163,6 +163,13 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "h1_lag": (("MLAV_H1_LAG=1",), (8,)),
     "h1_lag2": (("MLAV_H1_LAG=2",), (8,)),
     "h1_lag_fp8": (("MLAV_H1_LAG_FP8=1",), (8,)),
+    # rows64d's halves forming their thread-index values each from a thread index of its own
+    # (tier_rowsd.cuh, FRESH_IDS; fewer instructions a tile on sm_90 and sm_120, not timed yet): in
+    # production's order (fresh_ids, both pools), with bf16's H1_LAG (h1_fresh; on fp8 it is
+    # fresh_ids) and with fp8's (h1_fresh_fp8, whose spills FRESH_IDS removes; on bf16 fresh_ids)
+    "fresh_ids": (("MLAV_FRESH_IDS=1",), (8,)),
+    "h1_fresh": (("MLAV_H1_LAG=1", "MLAV_FRESH_IDS=1"), (8,)),
+    "h1_fresh_fp8": (("MLAV_H1_LAG_FP8=1", "MLAV_FRESH_IDS=1"), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

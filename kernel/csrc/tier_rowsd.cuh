@@ -117,7 +117,8 @@ constexpr bool H0PV_PAIRS_FP8 = true;
 // Measured on bf16 (-DMLAV_H1_LAG=1, bit-equal, three runs): -2.0 % at the centre and -5.5 % at
 // T = 32 (2: -0.2 / -3.4 %; kernel/bench/overlap.py, kernel/NOTES.md). Production stays 0 until
 // the guarantees (validation, sanitizers, SGLang's backend) have run on 1: the device left before
-// they could. -DMLAV_H1_LAG sets bf16, -DMLAV_H1_LAG_FP8 fp8 (diagnostic builds)
+// they could. fp8's copy spills 8-28 bytes on sm_89 and sm_90 unless with FRESH_IDS (below).
+// -DMLAV_H1_LAG sets bf16, -DMLAV_H1_LAG_FP8 fp8 (diagnostic builds)
 #ifdef MLAV_H1_LAG
 constexpr int H1_LAG_BF16 = MLAV_H1_LAG;
 #else
@@ -127,6 +128,20 @@ constexpr int H1_LAG_BF16 = 0;
 constexpr int H1_LAG_FP8 = MLAV_H1_LAG_FP8;
 #else
 constexpr int H1_LAG_FP8 = 0;
+#endif
+
+// rows64d: each half's loop forms its thread-index values (lane, quarter, softmax row, addresses)
+// from a thread index read of its own (asm volatile), with its half a constant. Shared, one set of
+// values was live through both loops, and ptxas, out of registers in the longer loop, formed them
+// again in both: with H1_LAG half 0's loop grew from 288 to 316 sm_90 instructions a tile and warp
+// while its code was unchanged. Apart: bf16 sm_90 half 0 / half 1 288 / 278 -> 285 / 256 (H1_LAG
+// 316 / 304 -> 291 / 267), sm_120 343 / 328 -> 334 / 305 (339 / 340 -> 330 / 310); fp8 sm_90
+// 375 / 354 -> 367 / 351, sm_120 424 / 422 -> 401 / 392; and fp8's H1_LAG copy no longer spills
+// (kernel/bench/half_paths.py). Not timed yet: -DMLAV_FRESH_IDS=1 (diagnostic builds)
+#ifdef MLAV_FRESH_IDS
+constexpr bool FRESH_IDS = MLAV_FRESH_IDS;
+#else
+constexpr bool FRESH_IDS = false;
 #endif
 
 template <int HALVES, bool FP8 = false>
@@ -210,9 +225,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   }
   const Item& it = *reinterpret_cast<const Item*>(smem + Lo::OFF_ITEM);
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, qd = lane & 3;
-  const int r = warp >> 2, d = warp & 3;                 // half, quarter
+  // (not const: with FRESH_IDS each half's loop forms them again, fresh_ids below)
+  int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int g = lane >> 2, qd = lane & 3;
+  int r = warp >> 2, d = warp & 3;                       // half, quarter
   const int H = p.H;
   const int rows = it.T * H;
   const int row_base = it.rt * BM;
@@ -442,7 +458,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto tile_pos = [&](int j) { return FP8 && j >= n_main() ? ts() + (j - n_main()) * BN : it.p0 + j * BN; };
 
   // softmax thread: row srow of the tile, tokens 2qd, 2qd + 1, 8 + 2qd, 9 + 2qd of a tile
-  const int srow = r * 32 + (d >> 1) * 16 + (d & 1) * 8 + g;
+  int srow = r * 32 + (d >> 1) * 16 + (d & 1) * 8 + g;
   float m_run = -INFINITY, l_run = 0.f;
 
   float acc[2][16][4];
@@ -968,16 +984,29 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     if (COPY_AT) cp_async_commit();
   };
+  // FRESH_IDS: the thread-index values again, for the half `half` (-1: past both loops, any half);
+  // the lambdas above read them by reference
+  constexpr bool FRESH = HALVES == 2 && FRESH_IDS;
+  auto fresh_ids = [&](int half) {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    tid = t; lane = t & 31; warp = half < 0 ? t >> 5 : 4 * half + ((t >> 5) & 3);
+    g = lane >> 2; qd = lane & 3; r = half < 0 ? warp >> 2 : half; d = (t >> 5) & 3;
+    srow = r * 32 + (d >> 1) * 16 + (d & 1) * 8 + g;
+  };
   MLAV_BW(const unsigned bw_t0 = clock());
   if (HALVES == 2 && H0_LAG && r == 0) {
+    if constexpr (FRESH) fresh_ids(0);
     if (n_tiles > 0) {
       if (!FP8 || n_main() > 0) step0_first(std::false_type());
       else step0_first(std::true_type());
     }
     run(step0, 1);
   } else if (HALVES == 1 || r == 0) {
+    if constexpr (FRESH) fresh_ids(0);
     run(step0, 0);
   } else if constexpr (H1_LAG != 0) {
+    if constexpr (FRESH) fresh_ids(1);
     if (n_tiles > 0) {                                    // tile 0: nothing to multiply yet
       top(0);
       if (do_qk) {
@@ -988,8 +1017,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     run(step1, 1);
   } else {
+    if constexpr (FRESH) fresh_ids(1);
     run(step1, 0);
   }
+  if constexpr (FRESH) fresh_ids(-1);
   if (HALVES == 2 && r == 1 && n_tiles > 0) {             // half 1's last tile
     half_bar();
     if (do_sm) softmax(n_tiles - 1);
