@@ -39,20 +39,17 @@ def is_id_copy(x: probe_sass.Instr) -> bool:
     return x.op.startswith("LDGSTS") and ".128" not in x.op
 
 
-def _step(x: probe_sass.Instr) -> tuple[int, int, int, int]:
-    return (x.op.startswith("HMMA"), x.op.startswith("MUFU.EX2"), x.op.startswith("LDGSTS"), -1)
-
-
-def _step_no_ids(x: probe_sass.Instr) -> tuple[int, int, int, int, int]:
-    return (x.op.startswith("HMMA"), x.op.startswith("MUFU.EX2"), x.op.startswith("LDGSTS") and not is_id_copy(x),
-            -is_id_copy(x), -1)
+def _step(x: probe_sass.Instr, ids: bool) -> tuple[int, int, int, int, int]:
+    """ids=False: a slot-id copy is not an LDGSTS taken but one to leave out (half 0's path)."""
+    skip = not ids and is_id_copy(x)
+    return (x.op.startswith("HMMA"), x.op.startswith("MUFU.EX2"), x.op.startswith("LDGSTS") and not skip, -skip, -1)
 
 
 def steady_path(fn: list[probe_sass.Instr], head: int, back: int, ids: bool = True) -> list[probe_sass.Instr]:
     """The path head -> back (indices into fn) described in the module docstring; [] if none.
     ids=False: the path with the fewest slot-id copies (half 0's)."""
     try:
-        return probe_sass._trace(fn, fn[head].addr, fn[back].addr, score=_step if ids else _step_no_ids)
+        return probe_sass._trace(fn, fn[head].addr, fn[back].addr, score=lambda x: _step(x, ids))
     except probe_sass.SassError:
         return []
 
