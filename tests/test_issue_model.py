@@ -1,0 +1,120 @@
+"""kernel/bench/issue_model: control words read from the machine code, and the SM model's cycles
+on synthetic loops whose answer is known; issue_model_calibrate's bookkeeping."""
+import json
+
+import pytest
+
+from kernel import build
+from kernel.bench import issue_model as im
+from kernel.bench import issue_model_calibrate as cal
+
+
+def test_control_word_fields():
+    # the padding NOP's control word (CuAssembler's [----:B------:R-:W-:Y:S00]): nothing waited or set
+    assert im.control(0x7E0 << 41) == {"stall": 0, "yield": 0, "write_sb": 7, "read_sb": 7, "wait": 0, "reuse": 0}
+    c = im.control((9 | 1 << 4 | 2 << 5 | 3 << 8 | 0b100101 << 11 | 0b0101 << 17) << 41 | 0x1804)
+    assert c == {"stall": 9, "yield": 1, "write_sb": 2, "read_sb": 3, "wait": 0b100101, "reuse": 0b0101}
+
+
+SASS = """
+        Function : kern
+        /*0000*/                   LDS.128 R4, [R2+0x10] ;                  /* 0x0000100002047984 */
+                                                                             /* 0x000e240000000c00 */
+        /*0010*/              @!P0 FADD.FTZ R4, R4, R5 ;                     /* 0x0000000504048221 */
+                                                                             /* 0x001fca0000010000 */
+        Function : other
+        /*0000*/                   NOP ;                                     /* 0x0000000000007918 */
+                                                                             /* 0x000fc00000000000 */
+"""
+
+
+def test_ops_of_reads_each_instruction_with_its_control_word():
+    ops = im.ops_of(SASS, "kern")
+    assert sorted(ops) == [0, 0x10]
+    lds, fadd = ops[0], ops[0x10]
+    assert (lds.op, lds.write_sb, lds.wait) == ("LDS.128", 0, 0)          # releases scoreboard 0
+    assert (fadd.op, fadd.wait, fadd.stall) == ("FADD.FTZ", 1, 5)          # waits for it
+    assert fadd.text.startswith("@!P0")
+
+
+def op(name, stall=1, write_sb=7, read_sb=7, wait=0, text=None):
+    return im.Op(0, text or name, name, stall, write_sb, read_sb, wait)
+
+
+P1 = {"seeds": 1}
+
+
+def test_the_tensor_pipe_bounds_two_warps_of_mmas():
+    # 20 HMMAs a warp and tile, two warps a scheduler: 40 x hmma_cycles a tile, plus the barrier's
+    mma = [op("HMMA.16816.F32.BF16") for _ in range(20)] + [op("BAR.SYNC.DEFER_BLOCKING", text="BAR.SYNC.DEFER_BLOCKING 0x0")]
+    r = im.simulate([mma, mma], P1)
+    assert 40 * im.PARAMS["hmma_cycles"] <= r["cycles_per_tile"] <= 40 * im.PARAMS["hmma_cycles"] + 40
+
+
+def test_a_scoreboard_wait_costs_the_loads_latency():
+    lat = im.PARAMS["latency"]["LDS"]
+    free = [op("LDS", write_sb=0), op("FADD.FTZ"), op("FADD.FTZ")]
+    bound = [op("LDS", write_sb=0), op("FADD.FTZ", wait=1), op("FADD.FTZ")]
+    a = im.simulate([free, free], P1)["cycles_per_tile"]
+    b = im.simulate([bound, bound], P1)["cycles_per_tile"]
+    # waited for, the loop takes the load's latency (plus its wavefront and two issues); not waited, far less
+    assert lat <= b <= lat + 4 and a < lat / 2, (a, b)
+
+
+def test_the_cta_barrier_holds_the_short_half_to_the_long_one():
+    bar = op("BAR.SYNC.DEFER_BLOCKING", text="BAR.SYNC.DEFER_BLOCKING 0x0")
+    long, short = [op("IADD3", stall=15)] * 20 + [bar], [op("IADD3", stall=15)] * 2 + [bar]
+    r = im.simulate([long, short], P1)
+    assert 300 <= r["cycles_per_tile"] <= 300 + 40
+    assert r["reasons"][1]["barrier"] > 200 > r["reasons"][0].get("barrier", 0)
+    # a named barrier (a thread count) waits for the half alone: the short half runs free
+    half = op("BAR.SYNC.DEFER_BLOCKING", text="BAR.SYNC.DEFER_BLOCKING R3, 0x80")
+    r = im.simulate([long[:-1] + [half], short[:-1] + [half]], P1)
+    assert r["reasons"][1].get("barrier", 0) < 50
+
+
+def test_paths_must_be_two():
+    with pytest.raises(ValueError, match="paths: expected two"):
+        im.simulate([[op("NOP")]])
+
+
+@pytest.fixture(scope="module")
+def lib_dir():
+    return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
+
+
+@pytest.mark.parametrize("pool,loads", [("bf16", True), ("bf16", False), ("fp8", False)])
+def test_the_build_runs_no_faster_than_its_pipes_or_either_halfs_own_stalls(lib_dir, pool, loads):
+    from kernel.bench import probe_sass
+    paths = im.loop_paths(probe_sass.sass_of(lib_dir, "90"), im.FUNCTIONS[(pool, loads)], loads)
+    assert [sum(x.op.startswith("HMMA") for x in p) for p in paths] == [68, 68]
+    r = im.simulate(paths, {"seeds": 1}, tiles=10, warm=4)
+    # 136 HMMAs a scheduler and tile through one tensor pipe; each warp at least its own stall sum
+    assert r["cycles_per_tile"] >= 136 * im.PARAMS["hmma_cycles"]
+    assert r["cycles_per_tile"] >= max(sum(max(x.stall, 1) for x in p) for p in paths)
+    assert r["cycles_per_tile"] < 4000
+
+
+def test_measured_ratios_pair_each_build_with_production_of_its_own_file(tmp_path):
+    def row(build, T, us, defines=()):
+        return {"tier": 8, "mode": "no_loads", "placement": "dram", "build": build, "T": T, "time_us": us,
+                "defines": list(defines)}
+    files = []
+    for i, (commit, us) in enumerate([("abc1234", 110.0), ("abc1234", 99.0), ("dirty12+", 100.0)]):
+        f = tmp_path / f"overlap-{i}.json"
+        f.write_text(json.dumps({"commit": commit, "kv_dtype": "bfloat16", "rows": [
+            row("production", 8, 100.0), row("lag", 8, us, ("MLAV_LAG=1",)), row("mode_const", 8, 120.0),
+            {**row("lag", 8, 500.0), "mode": "full"}]}))
+        files.append(f)
+    rows = cal.measured(files)
+    assert rows == [{"pool": "bfloat16", "commit": "abc1234", "build": "lag", "defines": ["MLAV_LAG=1"], "T": 8,
+                     "measured": pytest.approx(1.045), "files": 2}]
+
+
+def test_no_loads_runs_the_math_alone_copy_where_the_build_has_one():
+    stem = "_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2E"
+    old = [stem + "Li0EEEvNS_6ParamsE", stem + "Li1EEEvNS_6ParamsE"]
+    assert cal.function(old, "bfloat16") == (old[0], False)
+    assert cal.function(old + [stem + "Li2EEEvNS_6ParamsE"], "bfloat16")[0] == stem + "Li2EEEvNS_6ParamsE"
+    fp8 = "_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2EEEvNS_6ParamsE"
+    assert cal.function(old + [fp8], "fp8_e4m3") == (fp8, False)
