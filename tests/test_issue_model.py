@@ -118,3 +118,19 @@ def test_no_loads_runs_the_math_alone_copy_where_the_build_has_one():
     assert cal.function(old + [stem + "Li2EEEvNS_6ParamsE"], "bfloat16")[0] == stem + "Li2EEEvNS_6ParamsE"
     fp8 = "_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2EEEvNS_6ParamsE"
     assert cal.function(old + [fp8], "fp8_e4m3") == (fp8, False)
+
+
+def test_the_committed_calibration_holds_what_notes_says_of_it():
+    import glob
+    from pathlib import Path
+    files = sorted(glob.glob(str(Path(cal.ROOT) / "reports/data/rungs/issue-model-calibration-cpu-*.json")))
+    assert files, "no committed calibration"
+    d = json.loads(Path(files[-1]).read_text())
+    for key, s in d["summary"].items():       # each summary recomputed from the file's own points
+        pool, T = key.split(" T=")
+        again = cal.summary([r for r in d["rows"] if r["pool"] == pool and r["T"] == int(T)])
+        assert again == pytest.approx(s), key
+    fp8, bf16 = d["summary"]["fp8_e4m3 T=32"], d["summary"]["bfloat16 T=32"]
+    # kernel/NOTES.md: it ranks fp8 rungs (and is used for them) and no bf16 rung
+    assert fp8["correlation"] >= 0.8 and fp8["sign_agrees"] >= 0.9 * fp8["of_moved_over_1_5_percent"]
+    assert bf16["correlation"] < 0.3
