@@ -155,21 +155,19 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # (tier_small8.cuh; the full call only; the bf16 small tier's code is production's)
     "small8_modes_runtime": (("MLAV_SMALL8_MODES_RUNTIME",), (1, 4)),
     # rows64d's half 1 (tier_rowsd.cuh, H1_LAG; production: softmax(j - 1), PV(j - 1), QK(j)): QK(j)
-    # with softmax(j - 1)'s stages at k-steps 0, 2, 4, 6 (h1_lag, bf16; h1_lag_fp8, fp8, which spills
-    # 8-28 bytes on sm_89 and sm_90) or 0, 1, 3, 5 (h1_lag2, bf16), then S(j)'s store and PV(j - 1)
+    # with softmax(j - 1)'s stages at k-steps 0, 2, 4, 6 (h1_lag, bf16; h1_lag_fp8, fp8, which spilled
+    # 8-28 bytes on sm_89 and sm_90 before FRESH_IDS) or 0, 1, 3, 5 (h1_lag2, bf16), then S(j)'s store and PV(j - 1)
     # past its half barrier. Measured (2026-12-04, seventh session; commit 8c13591, three runs,
     # rungs/overlap-h200-20261204T2126-h1-lag-run{1,2,3}.json, bit-equal): h1_lag -2.0 % at the centre,
     # -5.5 % at T = 32 (means; runs -5.3 to -5.9 %); h1_lag2 -0.2 / -3.4 %
     "h1_lag": (("MLAV_H1_LAG=1",), (8,)),
     "h1_lag2": (("MLAV_H1_LAG=2",), (8,)),
     "h1_lag_fp8": (("MLAV_H1_LAG_FP8=1",), (8,)),
-    # rows64d's halves forming their thread-index values each from a thread index of its own
-    # (tier_rowsd.cuh, FRESH_IDS; fewer instructions a tile on sm_90 and sm_120, not timed yet): in
-    # production's order (fresh_ids, both pools), with bf16's H1_LAG (h1_fresh; on fp8 it is
-    # fresh_ids) and with fp8's (h1_fresh_fp8, whose spills FRESH_IDS removes; on bf16 fresh_ids)
-    "fresh_ids": (("MLAV_FRESH_IDS=1",), (8,)),
-    "h1_fresh": (("MLAV_H1_LAG=1", "MLAV_FRESH_IDS=1"), (8,)),
-    "h1_fresh_fp8": (("MLAV_H1_LAG_FP8=1", "MLAV_FRESH_IDS=1"), (8,)),
+    # rows64d's halves forming their thread-index values from one shared thread index, production's
+    # before FRESH_IDS (tier_rowsd.cuh). Measured against it (2026-12-05, commit 5f6b0c2, three runs,
+    # rungs/overlap*-h200-20261205T015*-fresh-ids-run{1,2,3}.json, bit-equal): FRESH_IDS -5.7 % at the
+    # centre and -9.2 % at T = 32 on bf16, -1.2 / -0.3 % on fp8 (h1_lag on top of it: -5.0 / -9.4 %)
+    "ids_classic": (("MLAV_FRESH_IDS=0",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -115,9 +115,9 @@ constexpr bool H0PV_PAIRS_FP8 = true;
 // S(j) and runs PV(j - 1): half 1's softmax chain in the shadow of its own MMAs, as H0_LAG does for
 // half 0 (fp8's draft tiles, whose QK has no k-step hook, keep 0); 2 as 1 at k-steps 0, 1, 3, 5.
 // Measured on bf16 (-DMLAV_H1_LAG=1, bit-equal, three runs): -2.0 % at the centre and -5.5 % at
-// T = 32 (2: -0.2 / -3.4 %; kernel/bench/overlap.py, kernel/NOTES.md). Production stays 0 until
-// the guarantees (validation, sanitizers, SGLang's backend) have run on 1: the device left before
-// they could. fp8's copy spills 8-28 bytes on sm_89 and sm_90 unless with FRESH_IDS (below).
+// T = 32 (2: -0.2 / -3.4 %) before FRESH_IDS (below); with it, -5.0 / -9.4 % where FRESH_IDS alone
+// gave -5.7 / -9.2 % (kernel/bench/overlap.py, kernel/NOTES.md), so production is 0. fp8's copy
+// spilled 8-28 bytes on sm_89 and sm_90 without FRESH_IDS.
 // -DMLAV_H1_LAG sets bf16, -DMLAV_H1_LAG_FP8 fp8 (diagnostic builds)
 #ifdef MLAV_H1_LAG
 constexpr int H1_LAG_BF16 = MLAV_H1_LAG;
@@ -133,15 +133,17 @@ constexpr int H1_LAG_FP8 = 0;
 // rows64d: each half's loop forms its thread-index values (lane, quarter, softmax row, addresses)
 // from a thread index read of its own (asm volatile), with its half a constant. Shared, one set of
 // values was live through both loops, and ptxas, out of registers in the longer loop, formed them
-// again in both: with H1_LAG half 0's loop grew from 288 to 316 sm_90 instructions a tile and warp
-// while its code was unchanged. Apart: bf16 sm_90 half 0 / half 1 288 / 278 -> 285 / 256 (H1_LAG
-// 316 / 304 -> 291 / 267), sm_120 343 / 328 -> 334 / 305 (339 / 340 -> 330 / 310); fp8 sm_90
-// 375 / 354 -> 367 / 351, sm_120 424 / 422 -> 401 / 392; and fp8's H1_LAG copy no longer spills
-// (kernel/bench/half_paths.py). Not timed yet: -DMLAV_FRESH_IDS=1 (diagnostic builds)
+// again in both (with H1_LAG half 0's loop grew from 288 to 316 sm_90 instructions a tile and warp
+// while its code was unchanged). Apart: bf16 sm_90 half 0 / half 1 288 / 278 -> 285 / 256, sm_120
+// 343 / 328 -> 334 / 305; fp8 sm_90 375 / 354 -> 367 / 351, sm_120 424 / 422 -> 401 / 392
+// (kernel/bench/half_paths.py). Measured (bit-equal, three runs, full call without the merge): bf16
+// -5.7 % at the centre and -9.2 % at T = 32, mostly the loads' exposed clocks; fp8 -1.2 / -0.6 /
+// -0.3 % at T = 8 / 16 / 32 (kernel/bench/overlap.py, kernel/NOTES.md). Production on both pools;
+// -DMLAV_FRESH_IDS=0 builds the shared set (diagnostic builds)
 #ifdef MLAV_FRESH_IDS
 constexpr bool FRESH_IDS = MLAV_FRESH_IDS;
 #else
-constexpr bool FRESH_IDS = false;
+constexpr bool FRESH_IDS = true;
 #endif
 
 template <int HALVES, bool FP8 = false>
