@@ -49,26 +49,26 @@ def test_tier_rows_match_the_kernel_and_the_recorded_files():
 
 
 def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
-    """The newest H200 bench (bench-h200-20261204T1948.json, the source of 2026-12-04 19:48: the
-    verify kernels with their mode tests as constants, the bf16 small tier's machine code as at 03:52):
-    T = 1 ran at 8-row tiles, 61.8 us (63.1 at 19:27, 62.1 at 17:34 with the same machine code),
-    against 156.1 us with rows64 forced; T = 4 ran rows32d; the centre ran rows64d, 106.4 us (median
-    of the sweeps that repeat it, bf16 rows only; 107.7 at 19:27 with the same rows64d code, 110.3 at
-    17:34 before it) against 169.4 us with rows64 forced."""
+    """The newest H200 bench (bench-h200-20261205T0244.json, the source of 2026-12-05 02:44: rows64d
+    with each half's thread-index values its own, FRESH_IDS; the bf16 small tier's machine code as at
+    03:52): T = 1 ran at 8-row tiles, 62.7 us (61.8 at 2026-12-04 19:48 with the same machine code),
+    against 158.3 us with rows64 forced; T = 4 ran rows32d; the centre ran rows64d, 102.4 us (median
+    of the sweeps that repeat it, bf16 rows only; 106.4 at 19:48 before FRESH_IDS) against 170.7 us
+    with rows64 forced."""
     bench = data.newest(DATA, "bench")
     tab = data.tier_frame(data.bench_frame(bench, variants=True))
     t1 = data.select(tab, T=1, H=8, S=185000)
     assert len(t1) == 1
     r = t1.iloc[0]
     assert (r["tier"], r["tile"]) == (1, "small (8-row tiles)")
-    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "61.8 vs 156.1"
+    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "62.7 vs 158.3"
     assert data.centre_tier(tab) == 8
     t4 = data.select(tab, T=4, H=8, S=185000).iloc[0]
     assert (t4["tier"], t4["tile"]) == (6, "rows32d (32-row tiles)")
     c = data.select(tab, T=8, H=8, S=185000, batch=1, layout="scattered", page_size=1).iloc[0]
-    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "106.4 vs 169.4"
+    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "102.4 vs 170.7"
     flash_t1 = data.select(data.bench_frame(bench), impl=data.OURS, T=1)
-    assert [round(t, 1) for t in flash_t1["time_us"]] == [61.8]
+    assert [round(t, 1) for t in flash_t1["time_us"]] == [62.7]
 
 
 def test_recorded_backend_and_estimate_headlines():
@@ -106,20 +106,20 @@ def test_backend_counts_memcheck_errors_from_the_summary():
 
 
 def test_recorded_fixed_cost_and_phases():
-    """The fixed-cost and trace files of 2026-12-04 19:44 (kernel source a9765dece3c3abf8, the bf16
-    small tier's machine code as at 03:57): T = 1 on the bf16 pool costs 12.6 us beyond its bytes
-    (8.8 without the merge; 11.8 and 8.6 at 19:27 and 12.2 and 8.7 at 17:39 with the same machine
-    code: the fit's intercept moves by that much between runs); at T = 1 the last store lands 1.2 us
-    after the median one (1.7 at 19:21, 1.5 at 17:30), the blocks dispatched second on an SM loop
-    0.6 us longer (0.7, 0.9), and the merge ends 3.4 us after the last store (3.5, 3.4)."""
+    """The fixed-cost and trace files of 2026-12-05 02:39 (kernel source e67aec8f9a92c7d0, the bf16
+    small tier's machine code as at 03:57): T = 1 on the bf16 pool costs 12.2 us beyond its bytes
+    (8.4 without the merge; 12.6 and 8.8 at 2026-12-04 19:44, 11.8 and 8.6 at 19:27 with the same
+    machine code: the fit's intercept moves by that much between runs); at T = 1 the last store lands
+    1.6 us after the median one (1.2 at 19:44, 1.7 at 19:21), the blocks dispatched second on an SM
+    loop 0.9 us longer (0.6, 0.7), and the merge ends 3.5 us after the last store (3.4, 3.5)."""
     ff = data.fixed_cost_frame(data.newest(DATA, "fixed_cost"))
     t1 = data.select(ff, pool=data.BF16_KV, T=1)
-    assert [round(v, 1) for v in t1["intercept_us"]] == [12.6, 8.8]
+    assert [round(v, 1) for v in t1["intercept_us"]] == [12.2, 8.4]
     assert list(t1["part"]) == ["whole call", "without the merge"]
     tf = data.trace_frame(data.newest(DATA, "trace"))
     r = data.select(tf, pool=data.BF16_KV, T=1, S=185000).iloc[0]
-    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (1.2, 3.4)
-    assert round(r["second_cta_us"], 1) == 0.6 and r["launch_spread_us"] < 0.5
+    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (1.6, 3.5)
+    assert round(r["second_cta_us"], 1) == 0.9 and r["launch_spread_us"] < 0.5
     assert r["tile"] == "small (8-row tiles)"
 
 
