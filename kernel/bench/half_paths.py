@@ -62,21 +62,30 @@ def _counts(path: list[probe_sass.Instr]) -> dict:
             "ops": dict(ops.most_common())}
 
 
-def half_loops(fn: list[probe_sass.Instr]) -> list[dict]:
-    """One row per loop laid out with at least MIN_HMMA HMMAs: its steady path's counts."""
+def mma_loops(fn: list[probe_sass.Instr], score=None) -> list[tuple[int, int, list[probe_sass.Instr]]]:
+    """(head, back edge, steady path) of each loop laid out with at least MIN_HMMA HMMAs (indices
+    into fn). score: the path rule probe_sass._trace takes (default: this module's, slot ids taken)."""
+    score = score or (lambda y: _step(y, True))
     at = {x.addr: i for i, x in enumerate(fn)}
-    rows = []
+    out = []
     for k, x in enumerate(fn):
         if x.target is None or x.target > x.addr or x.target not in at:
             continue
         head = at[x.target]
         if sum(y.op.startswith("HMMA") for y in fn[head:k + 1]) < MIN_HMMA:
             continue
-        path = steady_path(fn, head, k)
-        if not path:
+        try:
+            path = probe_sass._trace(fn, x.target, x.addr, score=score)
+        except probe_sass.SassError:
             continue
-        rows.append({"head": fn[head].addr, "back": x.addr, **_counts(path)})
-    return rows
+        if path:
+            out.append((head, k, path))
+    return out
+
+
+def half_loops(fn: list[probe_sass.Instr]) -> list[dict]:
+    """One row per loop laid out with at least MIN_HMMA HMMAs: its steady path's counts."""
+    return [{"head": fn[h].addr, "back": fn[k].addr, **_counts(path)} for h, k, path in mma_loops(fn)]
 
 
 def check(lib_dir: Path, arch: str = "90", pool: str = "bf16") -> list[dict]:

@@ -107,21 +107,7 @@ def loop_paths(sass: str, function: str, loads: bool = True) -> list[list[Op]]:
     if function not in fns:
         raise probe_sass.SassError(f"{function} not in this machine code")
     fn, ops = fns[function], ops_of(sass, function)
-    at = {x.addr: i for i, x in enumerate(fn)}
-    found = []
-    for k, x in enumerate(fn):
-        if x.target is None or x.target > x.addr or x.target not in at:
-            continue
-        head = at[x.target]
-        if sum(y.op.startswith("HMMA") for y in fn[head:k + 1]) < half_paths.MIN_HMMA:
-            continue
-        try:
-            path = probe_sass._trace(fn, fn[head].addr, x.addr,
-                                     score=(lambda y: half_paths._step(y, True)) if loads else _no_loads)
-        except probe_sass.SassError:
-            continue
-        if path:
-            found.append(path)
+    found = [path for _, _, path in half_paths.mma_loops(fn, None if loads else _no_loads)]
     found.sort(key=lambda p: -sum(y.op.startswith("HMMA") for y in p))
     if len(found) < 2:
         raise probe_sass.SassError(f"{function}: {len(found)} loop(s) with {half_paths.MIN_HMMA}+ HMMAs, expected two")
@@ -169,16 +155,17 @@ def simulate(paths: list[list[Op]], params: dict | None = None, tiles: int = 24,
     steady loop paths (warps 0-3 run the first, 4-7 the second; which half is which does not
     change the cycles)."""
     p = {**PARAMS, **(params or {})}
-    runs = [_run(paths, p, tiles, warm, random.Random(seed)) for seed in range(max(1, p["seeds"]))]
+    if len(paths) != 2 or not all(paths):
+        raise ValueError(f"paths: expected two non-empty loop paths, got {[len(x) for x in paths]}")
+    prog = [_compile(paths[0], p)] * 4 + [_compile(paths[1], p)] * 4
+    runs = [_run(prog, p, tiles, warm, random.Random(seed)) for seed in range(max(1, p["seeds"]))]
     reasons = [sum((r[1][h] for r in runs), Counter()) for h in range(2)]
     return {"cycles_per_tile": sum(r[0] for r in runs) / len(runs),
             "reasons": [{k: v / len(runs) / tiles / 4 for k, v in sorted(c.items())} for c in reasons]}
 
 
-def _run(paths, p, tiles, warm, rng):
-    if len(paths) != 2 or not all(paths):
-        raise ValueError(f"paths: expected two non-empty loop paths, got {[len(x) for x in paths]}")
-    prog = [_compile(paths[0], p)] * 4 + [_compile(paths[1], p)] * 4
+def _run(prog, p, tiles, warm, rng):
+    """One run of the 8 warps' compiled paths (half 0's warps first); (cycles a tile, reasons by half)."""
     n = 8
     pc, ready, tile = [0] * n, [0.0] * n, [0] * n
     sb = [[0.0] * 6 for _ in range(n)]
