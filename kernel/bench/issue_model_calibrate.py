@@ -14,6 +14,7 @@ more than 1.5 %. Needs git history and nvcc; ~20 s a build on one core.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import hashlib
 import json
@@ -87,8 +88,14 @@ def function(fns, pool: str) -> tuple[str, bool]:
     raise probe_sass.SassError(f"no HALVES=2 rows64d function for {pool} among {len(fns)}")
 
 
+@functools.lru_cache(maxsize=None)
+def _sass(path: Path) -> str:
+    """A cubin's machine code, disassembled once for both pools."""
+    return subprocess.run([probe_sass.find_cuobjdump(), "-sass", str(path)], capture_output=True, text=True).stdout
+
+
 def predict(path: Path, pool: str, params: dict) -> float:
-    sass = subprocess.run([probe_sass.find_cuobjdump(), "-sass", str(path)], capture_output=True, text=True).stdout
+    sass = _sass(path)
     name, loads = function(probe_sass.parse(sass), pool)
     return issue_model.simulate(issue_model.loop_paths(sass, name, loads), params)["cycles_per_tile"]
 

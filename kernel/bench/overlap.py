@@ -156,8 +156,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "small8_modes_runtime": (("MLAV_SMALL8_MODES_RUNTIME",), (1, 4)),
     # rows64d's half 1 (tier_rowsd.cuh, H1_LAG; production: softmax(j - 1), PV(j - 1), QK(j)): QK(j)
     # with softmax(j - 1)'s stages at k-steps 0, 2, 4, 6 (h1_lag, bf16; h1_lag_fp8, fp8, which spilled
-    # 8-28 bytes on sm_89 and sm_90 before FRESH_IDS) or 0, 1, 3, 5 (h1_lag2, bf16), then S(j)'s store and PV(j - 1)
-    # past its half barrier. Measured (2026-12-04, seventh session; commit 8c13591, three runs,
+    # 8-28 bytes on sm_89 and sm_90 before FRESH_IDS) or 0, 1, 3, 5 (h1_lag2, bf16), then S(j)'s store
+    # and PV(j - 1) past its half barrier. Measured (2026-12-04, seventh session; commit 8c13591, three runs,
     # rungs/overlap-h200-20261204T2126-h1-lag-run{1,2,3}.json, bit-equal): h1_lag -2.0 % at the centre,
     # -5.5 % at T = 32 (means; runs -5.3 to -5.9 %); h1_lag2 -0.2 / -3.4 %
     "h1_lag": (("MLAV_H1_LAG=1",), (8,)),
