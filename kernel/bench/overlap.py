@@ -168,9 +168,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # rungs/overlap*-h200-20261205T015*-fresh-ids-run{1,2,3}.json, bit-equal): FRESH_IDS -5.7 % at the
     # centre and -9.2 % at T = 32 on bf16, -1.2 / -0.3 % on fp8 (h1_lag on top of it: -5.0 / -9.4 %)
     "ids_classic": (("MLAV_FRESH_IDS=0",), (8,)),
-    # rows64d's tile loops unrolled by two (tier_rowsd.cuh, -DMLAV_UNROLL2), and each half's
-    # thread-index values read again at every tile step (-DMLAV_FRESH_STEP; production: once a loop)
-    "unroll2": (("MLAV_UNROLL2",), (8,)),
+    # rows64d's tile loops unrolled by two (tier_rowsd.cuh, -DMLAV_UNROLL=mask of the halves: both,
+    # half 0's, half 1's), and each half's thread-index values read again at every tile step
+    # (-DMLAV_FRESH_STEP; production: once a loop)
+    "unroll2": (("MLAV_UNROLL=3",), (8,)),
+    "unroll_h0": (("MLAV_UNROLL=1",), (8,)),
+    "unroll_h1": (("MLAV_UNROLL=2",), (8,)),
     "fresh_step": (("MLAV_FRESH_STEP",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools

@@ -146,6 +146,12 @@ constexpr bool FRESH_IDS = MLAV_FRESH_IDS;
 constexpr bool FRESH_IDS = true;
 #endif
 
+#ifdef MLAV_UNROLL
+constexpr int UNROLL_MASK = MLAV_UNROLL;
+#else
+constexpr int UNROLL_MASK = 0;
+#endif
+
 template <int HALVES, bool FP8 = false>
 struct Layout {
   static constexpr int BM = 32 * HALVES;               // query rows per CTA
@@ -981,18 +987,23 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   // fp8 runs the steps in two loops, the prefix tiles' and the draft tiles' (draft_tag): Q's f16
   // fragments are dead in the second, which frees the registers its bf16 QK needs
-  auto run = [&](auto step, int j0) {
+  // UNROLL (diagnostic builds, -DMLAV_UNROLL=mask): the prefix tiles' loop of half h unrolled by two
+  // where bit h is set (rows64d only)
+  auto run = [&](auto step, int j0, auto half_tag) {
+    constexpr bool U2 = HALVES == 2 && (UNROLL_MASK >> decltype(half_tag)::value & 1);
     if constexpr (FP8) {
       int j = j0;
-#ifdef MLAV_UNROLL2
+      if constexpr (U2) {
 #pragma unroll 2
-#endif
-      for (; j < n_main(); ++j) step(j, std::false_type());
+        for (; j < n_main(); ++j) step(j, std::false_type());
+      } else {
+        for (; j < n_main(); ++j) step(j, std::false_type());
+      }
       for (; j < n_tiles; ++j) step(j, std::true_type());
-    } else {
-#ifdef MLAV_UNROLL2
+    } else if constexpr (U2) {
 #pragma unroll 2
-#endif
+      for (int j = j0; j < n_tiles; ++j) step(j, std::false_type());
+    } else {
       for (int j = j0; j < n_tiles; ++j) step(j, std::false_type());
     }
   };
@@ -1015,10 +1026,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       if (!FP8 || n_main() > 0) step0_first(std::false_type());
       else step0_first(std::true_type());
     }
-    run(step0, 1);
+    run(step0, 1, std::integral_constant<int, 0>());
   } else if (HALVES == 1 || r == 0) {
     if constexpr (FRESH) fresh_ids(0);
-    run(step0, 0);
+    run(step0, 0, std::integral_constant<int, 0>());
   } else if constexpr (H1_LAG != 0) {
     if constexpr (FRESH) fresh_ids(1);
     if (n_tiles > 0) {                                    // tile 0: nothing to multiply yet
@@ -1029,10 +1040,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
       if (COPY_AT) cp_async_commit();
     }
-    run(step1, 1);
+    run(step1, 1, std::integral_constant<int, 1>());
   } else {
     if constexpr (FRESH) fresh_ids(1);
-    run(step1, 0);
+    run(step1, 0, std::integral_constant<int, 1>());
   }
   if constexpr (FRESH) fresh_ids(-1);
   if (HALVES == 2 && r == 1 && n_tiles > 0) {             // half 1's last tile
