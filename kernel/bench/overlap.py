@@ -177,6 +177,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # both, with half 0's copy block at PV's column step 0 (pieces_block0's; bf16 only: the macro
     # sets fp8's SPLIT_COPIES too)
     "unroll2_block0": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=5"), (8,)),
+    # both, with every copy at the top of the step (copy_after_barrier's; bf16 only, as above)
+    "unroll2_copy_top": (("MLAV_UNROLL=3", "MLAV_COPY_AT=0"), (8,)),
     "fresh_step": (("MLAV_FRESH_STEP",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
