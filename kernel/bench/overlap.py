@@ -169,8 +169,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # centre and -9.2 % at T = 32 on bf16, -1.2 / -0.3 % on fp8 (h1_lag on top of it: -5.0 / -9.4 %)
     "ids_classic": (("MLAV_FRESH_IDS=0",), (8,)),
     # rows64d's tile loops unrolled by two (tier_rowsd.cuh, -DMLAV_UNROLL=mask of the halves: both,
-    # half 0's, half 1's), and each half's thread-index values read again at every tile step
-    # (-DMLAV_FRESH_STEP; production: once a loop)
+    # half 0's, half 1's). Measured and deleted (2026-12-05, commit 7bcb97b, three runs,
+    # rungs/overlap*-h200-20261205T040*-fresh-step-unroll-run{1,2,3}.json, bit-equal): fresh_step,
+    # each half's thread-index values read again at every tile step (-DMLAV_FRESH_STEP), +2.9 / +6.1 %
+    # (bf16 T = 8 / 32), +1.2 to +1.4 % (fp8 T >= 16)
     "unroll2": (("MLAV_UNROLL=3",), (8,)),
     "unroll_h0": (("MLAV_UNROLL=1",), (8,)),
     "unroll_h1": (("MLAV_UNROLL=2",), (8,)),
@@ -179,7 +181,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "unroll2_block0": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=5"), (8,)),
     # both, with every copy at the top of the step (copy_after_barrier's; bf16 only, as above)
     "unroll2_copy_top": (("MLAV_UNROLL=3", "MLAV_COPY_AT=0"), (8,)),
-    "fresh_step": (("MLAV_FRESH_STEP",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
@@ -276,11 +277,14 @@ def table(doc: dict) -> list[str]:
     return out
 
 
-def once(tier: int, T: int = 8) -> None:
+def once(tier: int, T: int = 8, variant: str | None = None) -> None:
     ws = get_workspace("cuda")
     case, o, lse = shape_case(S, T, H)
+    arch = "".join(map(str, torch.cuda.get_device_capability()))
+    lib = build.load((arch,), defines=VARIANTS[variant][0]) if variant else None
     for mode in (MODES["full"], MODES["no_loads"]):
-        launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier, **case.kwargs())
+        launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier, lib=lib,
+               **case.kwargs())
     torch.cuda.synchronize()
 
 
@@ -291,6 +295,7 @@ def main(argv=None) -> int:
                     help="the pool: auto (bf16, default) or fp8_e4m3 (SGLang's fp8 pool, at its tiers)")
     ap.add_argument("--once", type=int, metavar="TIER", help="two centre calls of TIER (full, no loads), for a profiler")
     ap.add_argument("--once-t", type=int, default=8, metavar="T", help="--once's draft tokens (default 8: the centre)")
+    ap.add_argument("--once-variant", default=None, metavar="NAME", help="--once with a diagnostic build of VARIANTS")
     ap.add_argument("--tiers", default="", help="comma-separated tiers to time (default: every tier of SHAPES)")
     ap.add_argument("--dram-only", action="store_true", help="leave out the L2-resident placement")
     ap.add_argument("--variants", default=None,
@@ -314,6 +319,9 @@ def main(argv=None) -> int:
         print(f"error: --variants: {[v for v in variants if v not in VARIANTS]} not among {sorted(VARIANTS)}",
               file=sys.stderr)
         return 2
+    if a.once_variant is not None and a.once_variant not in VARIANTS:
+        print(f"error: --once-variant: {a.once_variant!r} is not among {sorted(VARIANTS)}", file=sys.stderr)
+        return 2
     if a.once_t < 1:
         print(f"error: --once-t: {a.once_t} draft tokens (at least 1)", file=sys.stderr)
         return 2
@@ -324,7 +332,7 @@ def main(argv=None) -> int:
         print("error: no CUDA device: kernel.bench.overlap measures on a GPU", file=sys.stderr)
         return 2
     if a.once is not None:
-        once(a.once, a.once_t)
+        once(a.once, a.once_t, a.once_variant)
         return 0
     info = env_info(a.commit or git_commit())
     doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2"), variants))

@@ -877,9 +877,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // its softmax and PV). Each half has a loop of its own: the half branch stays out of the loop,
   // where at 255 registers ptxas re-read the thread index before it on every tile
   auto step0 = [&](int j, auto draft_tag) {
-#ifdef MLAV_FRESH_STEP
-    if constexpr (FRESH) fresh_ids(0);
-#endif
     top(j);
     const bool cp = SPLIT && loads && !decltype(draft_tag)::value;
     if constexpr (HALVES == 1 && COPY32_AT == 2) qk_copying(j, draft_tag);
@@ -938,9 +935,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (COPY_AT) cp_async_commit();
   };
   auto step1 = [&](int j, auto draft_tag) {
-#ifdef MLAV_FRESH_STEP
-    if constexpr (FRESH) fresh_ids(1);
-#endif
     top(j);
     if constexpr (H1_LAG != 0) {
       if constexpr (!decltype(draft_tag)::value) {   // (fp8's draft tiles: as below)
