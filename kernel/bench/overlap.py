@@ -172,7 +172,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # half 0's, half 1's). Measured and deleted (2026-12-05, commit 7bcb97b, three runs,
     # rungs/overlap*-h200-20261205T040*-fresh-step-unroll-run{1,2,3}.json, bit-equal): fresh_step,
     # each half's thread-index values read again at every tile step (-DMLAV_FRESH_STEP), +2.9 / +6.1 %
-    # (bf16 T = 8 / 32), +1.2 to +1.4 % (fp8 T >= 16)
+    # (bf16 T = 8 / 32), +1.2 to +1.4 % (fp8 T >= 16). The unrolled loops (9360b41, 606c5e1,
+    # rungs/overlap*-h200-20261205T04{16,57}-*.json): bf16 math alone -7 to -9 %, full call +3 %; fp8
+    # full call -2.6 to -2.8 % at T >= 16 (kernel/NOTES.md)
     "unroll2": (("MLAV_UNROLL=3",), (8,)),
     "unroll_h0": (("MLAV_UNROLL=1",), (8,)),
     "unroll_h1": (("MLAV_UNROLL=2",), (8,)),
