@@ -183,6 +183,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "unroll2_block0": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=5"), (8,)),
     # both, with every copy at the top of the step (copy_after_barrier's; bf16 only, as above)
     "unroll2_copy_top": (("MLAV_UNROLL=3", "MLAV_COPY_AT=0"), (8,)),
+    # both, with half 0's copy pieces spread over PV's column steps (h0_lag_copies' one a step,
+    # h0_lag_copies_late's from step 1; bf16 only, as above)
+    "unroll2_spread": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=2"), (8,)),
+    "unroll2_spread_late": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=3"), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
