@@ -984,20 +984,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // UNROLL (diagnostic builds, -DMLAV_UNROLL=mask): the prefix tiles' loop of half h unrolled by two
   // where bit h is set (rows64d only)
   auto run = [&](auto step, int j0, auto half_tag) {
-    constexpr bool U2 = HALVES == 2 && (UNROLL_MASK >> decltype(half_tag)::value & 1);
+    constexpr int UNR = HALVES == 2 && (UNROLL_MASK >> decltype(half_tag)::value & 1) ? 2 : 1;
     if constexpr (FP8) {
       int j = j0;
-      if constexpr (U2) {
-#pragma unroll 2
-        for (; j < n_main(); ++j) step(j, std::false_type());
-      } else {
-        for (; j < n_main(); ++j) step(j, std::false_type());
-      }
+#pragma unroll (UNR)
+      for (; j < n_main(); ++j) step(j, std::false_type());
       for (; j < n_tiles; ++j) step(j, std::true_type());
-    } else if constexpr (U2) {
-#pragma unroll 2
-      for (int j = j0; j < n_tiles; ++j) step(j, std::false_type());
     } else {
+#pragma unroll (UNR)
       for (int j = j0; j < n_tiles; ++j) step(j, std::false_type());
     }
   };
