@@ -863,16 +863,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       qk(j, draft_tag, no_hook);
     }
   };
-  // FRESH_IDS: the thread-index values again, for the half `half` (-1: past both loops, any half);
-  // the lambdas read them by reference
-  constexpr bool FRESH = HALVES == 2 && FRESH_IDS;
-  auto fresh_ids = [&](int half) {
-    int t;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-    tid = t; lane = t & 31; warp = half < 0 ? t >> 5 : 4 * half + ((t >> 5) & 3);
-    g = lane >> 2; qd = lane & 3; r = half < 0 ? warp >> 2 : half; d = (t >> 5) & 3;
-    srow = r * 32 + (d >> 1) * 16 + (d & 1) * 8 + g;
-  };
   // one tile step of each half (half 0, or the one half of rows32d; half 1 runs a tile behind in
   // its softmax and PV). Each half has a loop of its own: the half branch stays out of the loop,
   // where at 255 registers ptxas re-read the thread index before it on every tile
@@ -1006,6 +996,16 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       for (int i = 0; i < 10; ++i) sh.piece(i);
     }
     if (COPY_AT) cp_async_commit();
+  };
+  // FRESH_IDS: the thread-index values again, for the half `half` (-1: past both loops, any half);
+  // the lambdas above read them by reference
+  constexpr bool FRESH = HALVES == 2 && FRESH_IDS;
+  auto fresh_ids = [&](int half) {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    tid = t; lane = t & 31; warp = half < 0 ? t >> 5 : 4 * half + ((t >> 5) & 3);
+    g = lane >> 2; qd = lane & 3; r = half < 0 ? warp >> 2 : half; d = (t >> 5) & 3;
+    srow = r * 32 + (d >> 1) * 16 + (d & 1) * 8 + g;
   };
   MLAV_BW(const unsigned bw_t0 = clock());
   if (HALVES == 2 && H0_LAG && r == 0) {
