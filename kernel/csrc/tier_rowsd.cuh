@@ -146,10 +146,21 @@ constexpr bool FRESH_IDS = MLAV_FRESH_IDS;
 constexpr bool FRESH_IDS = true;
 #endif
 
+// rows64d's prefix-tile loops unrolled by two, per pool: bit h for half h. Measured (three runs,
+// bit-equal, kernel/NOTES.md): mask 3 on fp8 -2.6 to -2.8 % at T >= 16, a tie at T = 8; on bf16
+// the math alone -7 to -9 % but the full call +3 % (the copies' shared-memory traffic waits longer).
+// -DMLAV_UNROLL sets both pools, -DMLAV_UNROLL_FP8 fp8 alone (diagnostic builds)
 #ifdef MLAV_UNROLL
-constexpr int UNROLL_MASK = MLAV_UNROLL;
+constexpr int UNROLL_BF16 = MLAV_UNROLL;
 #else
-constexpr int UNROLL_MASK = 0;
+constexpr int UNROLL_BF16 = 0;
+#endif
+#if defined(MLAV_UNROLL_FP8)
+constexpr int UNROLL_FP8 = MLAV_UNROLL_FP8;
+#elif defined(MLAV_UNROLL)
+constexpr int UNROLL_FP8 = MLAV_UNROLL;
+#else
+constexpr int UNROLL_FP8 = 0;
 #endif
 
 template <int HALVES, bool FP8 = false>
@@ -172,6 +183,7 @@ struct Layout {
   static constexpr int XS_BYTES = WARPS * 4 * 32 * 16; // partial S: [warp][row group][lane] float4
   static constexpr int H0_LAG = HALVES == 2 ? (FP8 ? H0_LAG_FP8 : H0_LAG_BF16) : 0;
   static constexpr int SPLIT_COPIES = FP8 ? SPLIT_COPIES_FP8 : SPLIT_COPIES_BF16;
+  static constexpr int UNROLL_MASK = HALVES == 2 ? (FP8 ? UNROLL_FP8 : UNROLL_BF16) : 0;
   static constexpr int NBUF = H0_LAG ? 2 : 1;          // P, alpha, flags: buffers by tile parity
   static constexpr int PS_BYTES = NBUF * 2 * HALVES * 32 * 16;   // P: [buf][half][m-tile][lane] A fragment (uint4)
   static constexpr int RING = FP8 ? KST * STAGE8 : RING_BYTES;
@@ -971,10 +983,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   };
   // fp8 runs the steps in two loops, the prefix tiles' and the draft tiles' (draft_tag): Q's f16
   // fragments are dead in the second, which frees the registers its bf16 QK needs
-  // UNROLL (diagnostic builds, -DMLAV_UNROLL=mask): the prefix tiles' loop of half h unrolled by two
-  // where bit h is set (rows64d only)
+  // Lo::UNROLL_MASK: the prefix tiles' loop of half h unrolled by two where bit h is set
   auto run = [&](auto step, int j0, auto half_tag) {
-    constexpr int UNR = HALVES == 2 && (UNROLL_MASK >> decltype(half_tag)::value & 1) ? 2 : 1;
+    constexpr int UNR = (Lo::UNROLL_MASK >> decltype(half_tag)::value & 1) ? 2 : 1;
     if constexpr (FP8) {
       int j = j0;
 #pragma unroll (UNR)
