@@ -18,6 +18,11 @@ its 100 KB of shared memory):
                    PV: the parts stage); tiers without parts rows take rows64d's (flagged);
           non-MMA  the H200's math-alone clocks per tile minus its MMA clocks (MMAs / (r8 x e)):
                    softmax, barriers, loop skeleton, which sm_120 runs at the same clocks;
+          (e above 1, where leaving QK or PV out saves less than their MMAs take at the 8-warp
+          ceiling because the rest of the tile then waits where it hid under them (rows64d since
+          2026-12-04: 1.09), is the H200's split of the tile and stays in the non-MMA term; sm_120's
+          MMAs take min(e, 1): its 0.25 is the tensor pipe's full rate, measured, and nothing runs
+          them faster)
           k        H200 CTAs per SM / sm_120 CTAs per SM: rows32d and the 8/16-row small tiers
                    run two CTAs per SM on the H200 and one on sm_120, where the lone CTA's 4 or 8
                    warps no longer hide each other's latency (the non-MMA part is latency-bound:
@@ -171,7 +176,8 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
         e, e_src = _efficiency(eff, tier, T)
         nonmma = max(mma["clk_per_tile"] - mmas / (r8 * e), 0.0)
         k = H200_CTAS[tier] / SM120["ctas_per_sm"]
-        clk = nonmma * k + mmas / (SM120["mma_per_clk_sm"] * e)
+        e120 = min(e, 1.0)
+        clk = nonmma * k + mmas / (SM120["mma_per_clk_sm"] * e120)
         tiles = tiles_per_cta([S], T, H, rows, SM120["sms"] * SM120["ctas_per_sm"])
         in_flight = IN_FLIGHT_TILES[kv][tier] * TILE_BYTES[kv]
         need = SM120["dram_GBps"] * d / SM120["sms"] * latency_ns   # bytes: GB/s x ns
@@ -190,7 +196,7 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
                         "h200_math_alone_us": mma["time_us"],
                         "h200_stream_alone_us": stream["time_us"] if stream else None,
                         "h200_overlap": f, "mmas_per_tile": mmas, "mma_efficiency": e,
-                        "mma_efficiency_source": e_src, "h200_nonmma_clk_per_tile": nonmma,
+                        "sm120_mma_efficiency": e120, "mma_efficiency_source": e_src, "h200_nonmma_clk_per_tile": nonmma,
                         "lone_cta_factor": k, "sm120_tiles_per_cta": tiles, "sm120_clk_per_tile": clk,
                         "sm120_in_flight_bytes": in_flight, "sm120_in_flight_need_bytes": need,
                         "sm120_memory_us": memory, "sm120_math_us": math, "sm120_merge_us": merge,
