@@ -16,7 +16,8 @@ predicated-off instruction is counted: it still takes an issue slot. Reported pe
 length, HMMAs, LDGSTS (of them slot-id copies), shared loads, and the never-executed `@!PT LDS
 RZ, [RZ]` that ptxas puts before an LDGSTS following shared loads. The loop with the copy pieces
 (bf16's nine, fp8's five H0PV pieces) is half 0; the other, whose only LDGSTS are warp 4's slot
-ids, is half 1.
+ids, is half 1. (That is production's layout: with -DMLAV_SPLIT_COPIES=0 half 1 issues the copies
+and the two labels swap.)
 
     python -m kernel.bench.half_paths [--lib DIR] [--arch 90] [--pool bf16|fp8]
 """
