@@ -70,10 +70,11 @@ FP8_LARGE_TIER = _large_tier(_LARGE_TIER_ENV or "8")
 # math alone now carries their setup) the model has the two within 1.3 % at D = 33 and 65, a tie
 # (sm120-model-from-h200-20261204T1310.json, sm120_estimate.TIE), and on the H200 the copy takes 20 %
 # and 27 % less time there, so it keeps them. At D = 17 the H200 now disagrees with the model: since
-# rows64d's fp8 copies moved into half 0's PV the copy is 11 % faster there (315.6 against 356.2 us,
-# micro-h200-20261204T1948.json; 322.7 / 368.7 at T1739), while the model still has small8 4 % lower
-# (278.0 against 291.0 us at the boost clock, sm120-model-from-h200-20261204T1948.json). The default
-# follows the model, since it serves sm_120; an sm_120 canary at D = 17 is what would settle it
+# rows64d's fp8 copies moved into half 0's PV the copy is 12 % faster there (315.7 against 357.5 us,
+# micro-h200-20261205T0244.json; 315.6 / 356.2 at T1948), while the model still has small8 6 % lower
+# (295.8 against 314.6 us at the boost clock, sm120-model-from-h200-20261205T0244.json; at D = 33 and
+# 65 the two stay within 1 %). The default follows the model, since it serves sm_120; an sm_120 canary
+# at D = 17 is what would settle it
 SMALL8_PADDED_PERCENT = 85
 
 

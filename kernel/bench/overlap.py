@@ -219,16 +219,21 @@ def _args(case, placement: str, kv: str) -> tuple:
     return tuple(args)
 
 
-def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None) -> dict:
+def variant_lib(name: str):
+    """VARIANTS[name]'s diagnostic build for this device's arch only (built once, then cached)."""
     arch = "".join(map(str, torch.cuda.get_device_capability()))
+    log(f"overlap: building {name} ({' '.join(VARIANTS[name][0])}) for sm_{arch}")
+    return build.load((arch,), defines=VARIANTS[name][0])
+
+
+def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None) -> dict:
     ws = get_workspace("cuda")
     mhz = sm_clock_mhz()["sm_max"] or 1980.0
     libs = {"production": build.load()}
     timed = {t for _, ts in SHAPES[kv] for t in ts if tiers is None or t in tiers}
-    for name, (defs, vtiers) in VARIANTS.items():
+    for name, (_, vtiers) in VARIANTS.items():
         if timed & set(vtiers) and (variants is None or name in variants):
-            log(f"overlap: building {name} ({' '.join(defs)}) for sm_{arch}")
-            libs[name] = build.load((arch,), defines=defs)
+            libs[name] = variant_lib(name)
     # a variant that does not write production's output, bit for bit, on the loaders' edge cases
     # and at every timed shape is not timed (same_output.py)
     vtiers = {b: (libs[b], [t for t in VARIANTS[b][1] if t in timed]) for b in libs if b != "production"}
@@ -298,8 +303,7 @@ def table(doc: dict) -> list[str]:
 def once(tier: int, T: int = 8, variant: str | None = None) -> None:
     ws = get_workspace("cuda")
     case, o, lse = shape_case(S, T, H)
-    arch = "".join(map(str, torch.cuda.get_device_capability()))
-    lib = build.load((arch,), defines=VARIANTS[variant][0]) if variant else None
+    lib = variant_lib(variant) if variant else None
     for mode in (MODES["full"], MODES["no_loads"]):
         launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier, lib=lib,
                **case.kwargs())
