@@ -188,17 +188,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # rungs/overlap-h200-20261205T053*-unroll-spread-run{1,2,3}.json): +4.2 to +6.2 % full call
     "unroll2_spread": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=2"), (8,)),
     "unroll2_spread_late": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=3"), (8,)),
-    # bf16's copies back in half 1, right before its QK (SPLIT_COPIES 0, H0_LAG kept: the layout
-    # before half 0 took them, 2026-12-03), rolled, both halves unrolled, or half 0 (then copy-free)
-    # alone unrolled: does the unrolled schedule lose its math-alone gain in the full call only
-    # where its own loop issues the copies? Predicted (not timed yet; fp8's SPLIT_COPIES is
-    # already 0, so on fp8 these are production, unroll2 and unroll_h0): copies_h1 +3 to +6 % full
-    # call against production, as before the split; unroll2_copies_h1 a tie with unroll2 if the
-    # cost is the copies' shared-memory traffic wherever they are issued (unroll_h1, whose loop
-    # issues none, lost 2.5 %), below production only if it is their place in the unrolled loop
-    "copies_h1": (("MLAV_SPLIT_COPIES=0",), (8,)),
-    "unroll2_copies_h1": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=0"), (8,)),
-    "unroll_h0_copies_h1": (("MLAV_UNROLL=1", "MLAV_SPLIT_COPIES=0"), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
