@@ -18,11 +18,14 @@ half's 4, and a scheduler that picks between its two ready warps at random (the 
 `seeds` runs). It leaves out instruction fetch, register-bank conflicts and the loads (DRAM).
 
 How far to trust it: `issue_model_calibrate.py` rebuilds, from git history, every rows64d variant
-that `overlap` timed with loads off (rungs/overlap*.json) and compares the model's ratio to
-production's with the measured one (kernel/NOTES.md, 2026-12-05). On the fp8 copy it follows the
-measurements; on the bf16 copy it does not, so it ranks no bf16 rung.
+that `overlap` timed and compares the model's ratio to production's with the measured one
+(kernel/NOTES.md, 2026-12-05). With loads off it follows fp8's math alone (correlation 0.85) and not
+bf16's (-0.21); with the copies taken against the full call, both pools loosely (0.47-0.54, the sign
+right in ~70 % of the moves): the unrolled loops within a point, the copies' placement in sign (at
+the loop top half the measured +13 %), the softmax's placement (H1_LAG, H1_MIX) not at all. A loop unrolled by two is simulated two tiles a pass and
+reported per tile. `--load-use` lists each shared load's cycles to its first use (load_use).
 
-    python -m kernel.bench.issue_model [--lib DIR] [--arch 90] [--pool bf16|fp8] [--loads on|off]
+    python -m kernel.bench.issue_model [--lib DIR] [--arch 90] [--pool bf16|fp8] [--loads on|off] [--load-use]
 """
 from __future__ import annotations
 
@@ -157,11 +160,25 @@ def simulate(paths: list[list[Op]], params: dict | None = None, tiles: int = 24,
     p = {**PARAMS, **(params or {})}
     if len(paths) != 2 or not all(paths):
         raise ValueError(f"paths: expected two non-empty loop paths, got {[len(x) for x in paths]}")
-    prog = [_compile(paths[0], p)] * 4 + [_compile(paths[1], p)] * 4
+    # a loop unrolled by two (-DMLAV_UNROLL) runs two tiles a pass: the other half's path is taken
+    # twice so that a pass is the same tiles in both, and the cycles are divided back per tile
+    per = [tiles_a_pass(x) for x in paths]
+    k = max(per)
+    if any(k % t for t in per):
+        raise ValueError(f"paths: tiles a pass {per}: neither a multiple of the other")
+    prog = [_compile(paths[0] * (k // per[0]), p)] * 4 + [_compile(paths[1] * (k // per[1]), p)] * 4
     runs = [_run(prog, p, tiles, warm, random.Random(seed)) for seed in range(max(1, p["seeds"]))]
     reasons = [sum((r[1][h] for r in runs), Counter()) for h in range(2)]
-    return {"cycles_per_tile": sum(r[0] for r in runs) / len(runs),
-            "reasons": [{k: v / len(runs) / tiles / 4 for k, v in sorted(c.items())} for c in reasons]}
+    return {"cycles_per_tile": sum(r[0] for r in runs) / len(runs) / k,
+            "reasons": [{k2: v / len(runs) / tiles / 4 / k for k2, v in sorted(c.items())} for c in reasons]}
+
+
+HMMA_A_TILE = 68   # a warp's HMMA.16816 a 64-row tile in rows64d (36 QK + 32 PV), both pools
+
+
+def tiles_a_pass(path: list[Op]) -> int:
+    """Tiles one pass of a loop's path covers: 1, or 2 where the loop is unrolled by two."""
+    return max(round(sum(x.op.startswith("HMMA") for x in path) / HMMA_A_TILE), 1)
 
 
 def _run(prog, p, tiles, warm, rng):
@@ -244,6 +261,26 @@ def _run(prog, p, tiles, warm, rng):
     return per, reasons
 
 
+def load_use(path: list[Op]) -> list[tuple[Op, int]]:
+    """(load, cycles) for each shared-memory load (LDS*, LDSM*) of a loop's steady path that sets a
+    write scoreboard: the control words' stall cycles from it to the first instruction that waits
+    for that scoreboard, the path read round the loop once. Below the load's latency (~30 cycles
+    unloaded, more while copies land in shared memory) the warp waits for the rest; a static
+    figure, blind to the other warps that fill the wait."""
+    out, n = [], len(path)
+    for i, x in enumerate(path):
+        if x.write_sb == 7 or not x.op.startswith(("LDS", "LDSM")):
+            continue
+        cycles = max(x.stall, 1)
+        for k in range(i + 1, i + n):
+            y = path[k % n]
+            if y.wait >> x.write_sb & 1:
+                out.append((x, cycles))
+                break
+            cycles += max(y.stall, 1)
+    return out
+
+
 FUNCTIONS = {("bf16", True): half_paths.FUNCTIONS["bf16"],
              ("bf16", False): "_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi2EEEvNS_6ParamsE",
              ("fp8", True): half_paths.FUNCTIONS["fp8"],
@@ -257,14 +294,24 @@ def main(argv=None) -> int:
     ap.add_argument("--pool", choices=("bf16", "fp8"), default="bf16")
     ap.add_argument("--loads", choices=("on", "off"), default="off",
                     help="off: the copy `overlap` times as no_loads (MATH_ALONE)")
+    ap.add_argument("--load-use", action="store_true",
+                    help="also list each loop's shared loads with the cycles before their first use (load_use)")
     a = ap.parse_args(argv)
     lib = a.lib or build.build((a.arch,))
     loads = a.loads == "on"
     paths = loop_paths(probe_sass.sass_of(lib, a.arch), FUNCTIONS[(a.pool, loads)], loads)
+    if a.load_use:
+        for path in paths:
+            tiles = tiles_a_pass(path)
+            lu = load_use(path)
+            print(f"load_use loop at {path[0].addr:#x} ({tiles} tile(s) a pass): {len(lu) / tiles:.1f} shared loads a tile, "
+                  f"{sum(c < 10 for _, c in lu) / tiles:.1f} used within 10 cycles; in order: "
+                  + " ".join(f"{x.op.split('.', 1)[0]}:{c}" for x, c in lu))
     r = simulate(paths)
     print(f"issue_model sm_{a.arch} {a.pool} loads {a.loads}: a model's {r['cycles_per_tile']:.0f} cycles a 64-row tile")
     for path, why in zip(paths, r["reasons"]):
-        print(f"  loop at {path[0].addr:#x}: {len(path)} instructions, {sum(x.op.startswith('HMMA') for x in path)} HMMA, "
+        print(f"  loop at {path[0].addr:#x} ({tiles_a_pass(path)} tile(s) a pass): {len(path)} instructions, "
+              f"{sum(x.op.startswith('HMMA') for x in path)} HMMA, "
               f"stall sum {sum(max(x.stall, 1) for x in path)}; cycles a warp and tile by state: "
               + ", ".join(f"{k} {v:.0f}" for k, v in why.items()))
     return 0

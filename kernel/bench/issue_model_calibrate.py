@@ -1,15 +1,18 @@
-"""issue_model against the measurements: every rows64d variant `overlap` timed with loads off.
+"""issue_model against the measurements: every rows64d variant `overlap` timed, loads off or on.
 
 For each rung file (reports/data/rungs/overlap*.json) and build in it, the measured ratio of its
-no_loads time to production's in the same file (tier 8, KV from DRAM; mean over the files that
-repeat it) beside the model's ratio of the two builds, each rebuilt for sm_90 from the commit the
-file names (`git archive` of kernel/csrc, nvcc -cubin with the project's flags and the build's
-defines). Skipped: dirty-tree commits, and the variants that changed which copy no_loads runs
-(SKIP), for which the path rule cannot tell what ran. Writes one JSON with every point and, per
-pool, the correlation, the mean absolute error and the sign agreement where the measurement moved
-more than 1.5 %. Needs git history and nvcc; ~20 s a build on one core.
+no_loads time (--mode no_loads) or full time (--mode full) to production's in the same file (tier
+8, KV from DRAM; mean over the files that repeat it) beside the model's ratio of the two builds,
+each rebuilt for sm_90 from the commit the file names (`git archive` of kernel/csrc, nvcc -cubin
+with the project's flags and the build's defines). With loads off the model runs the copy no_loads
+ran (MATH_ALONE where the build has it); with loads on, the production copy's paths with the copies
+taken, which charges their issue and shared-memory wavefronts but no DRAM time. Skipped:
+dirty-tree commits, and the variants that changed which copy a mode runs (SKIP), for which the
+path rule cannot tell what ran. Writes one JSON with every point and, per pool, the correlation,
+the mean absolute error and the sign agreement where the measurement moved more than 1.5 %. Needs
+git history and nvcc; ~20 s a build on one core.
 
-    python -m kernel.bench.issue_model_calibrate [--jobs 2] [--cache DIR] [--out DIR]
+    python -m kernel.bench.issue_model_calibrate [--mode no_loads|full] [--jobs 2] [--cache DIR] [--out DIR]
 """
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ SKIP = {"modes_runtime": "its no_loads ran the copy with run-time mode tests",
 POOLS = {"bfloat16": "mla_verify_kernel_rowsd", "fp8_e4m3": "mla_verify_kernel_rowsd_fp8"}
 
 
-def measured(files) -> list[dict]:
-    """One row per (pool, commit, build, T): the mean ratio of its no_loads time to production's."""
+def measured(files, mode: str = "no_loads") -> list[dict]:
+    """One row per (pool, commit, build, T): the mean ratio of its `mode` time to production's."""
     acc = defaultdict(list)
     for f in files:
         d = json.loads(Path(f).read_text())
@@ -46,7 +49,7 @@ def measured(files) -> list[dict]:
         t = defaultdict(list)
         defines = {}
         for r in d.get("rows", []):
-            if r.get("tier") == 8 and r.get("mode") == "no_loads" and r.get("placement", "dram") == "dram":
+            if r.get("tier") == 8 and r.get("mode") == mode and r.get("placement", "dram") == "dram":
                 t[(r["build"], r["T"])].append(r["time_us"])
                 defines[r["build"]] = tuple(r.get("defines", ()))
         for (b, T), v in t.items():
@@ -74,11 +77,17 @@ def cubin(commit: str, defines, cache: Path) -> Path:
     return out
 
 
-def function(fns, pool: str) -> tuple[str, bool]:
-    """The copy no_loads ran: the MATH_ALONE one (Kind 2) where the build has it, else production's
-    with its copies skipped. Returns (name, loads flag for the path rule)."""
+def function(fns, pool: str, mode: str = "no_loads") -> tuple[str, bool]:
+    """The copy `mode` ran. no_loads: the MATH_ALONE one (Kind 2) where the build has it, else
+    production's with its copies skipped; full: production's (Kind 0, or the one copy of builds
+    before Kinds) with its copies taken. Returns (name, loads flag for the path rule)."""
     stem = f"{len(POOLS[pool])}{POOLS[pool]}ILi2E"
     names = [n for n in fns if stem in n and n.endswith("EEvNS_6ParamsE")]
+    if mode == "full":
+        for n in names:
+            if f"{stem}Li0EE" in n or f"{stem}EE" in n:
+                return n, True
+        raise probe_sass.SassError(f"no HALVES=2 rows64d production function for {pool} among {len(fns)}")
     for n in names:
         if f"{stem}Li2EE" in n:
             return n, False
@@ -94,9 +103,9 @@ def _sass(path: Path) -> str:
     return subprocess.run([probe_sass.find_cuobjdump(), "-sass", str(path)], capture_output=True, text=True).stdout
 
 
-def predict(path: Path, pool: str, params: dict) -> float:
+def predict(path: Path, pool: str, params: dict, mode: str = "no_loads") -> float:
     sass = _sass(path)
-    name, loads = function(probe_sass.parse(sass), pool)
+    name, loads = function(probe_sass.parse(sass), pool, mode)
     return issue_model.simulate(issue_model.loop_paths(sass, name, loads), params)["cycles_per_tile"]
 
 
@@ -111,14 +120,16 @@ def summary(rows) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mode", choices=("no_loads", "full"), default="no_loads",
+                    help="the measured time the model's ratio stands beside (full: the model with the copies taken)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "mlav-issue-model")
     ap.add_argument("--out", type=Path, default=ROOT / "reports/data/rungs")
     a = ap.parse_args(argv)
     a.cache.mkdir(parents=True, exist_ok=True)
-    rows = measured(sorted(glob.glob(str(ROOT / "reports/data/rungs/overlap*.json"))))
+    rows = measured(sorted(glob.glob(str(ROOT / "reports/data/rungs/overlap*.json"))), a.mode)
     builds = sorted({(r["commit"], tuple(d)) for r in rows for d in (r["defines"], ())})
-    print(f"issue_model_calibrate: {len(rows)} measured points, {len(builds)} sm_90 builds", flush=True)
+    print(f"issue_model_calibrate: {len(rows)} measured points ({a.mode}), {len(builds)} sm_90 builds", flush=True)
     with ThreadPoolExecutor(a.jobs) as ex:
         paths = dict(zip(builds, ex.map(lambda b: cubin(b[0], b[1], a.cache), builds)))
     cycles = {}
@@ -126,15 +137,16 @@ def main(argv=None) -> int:
         for d in (tuple(r["defines"]), ()):
             k = (r["commit"], d, r["pool"])
             if k not in cycles:
-                cycles[k] = predict(paths[(r["commit"], d)], r["pool"], {})
+                cycles[k] = predict(paths[(r["commit"], d)], r["pool"], {}, a.mode)
         r["model"] = cycles[(r["commit"], tuple(r["defines"]), r["pool"])] / cycles[(r["commit"], (), r["pool"])]
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    out = {"kind": "issue-model-calibration", "date": time.strftime("%Y%m%dT%H%M"), "commit": commit, "params": issue_model.PARAMS,
+    out = {"kind": "issue-model-calibration", "mode": a.mode, "date": time.strftime("%Y%m%dT%H%M"), "commit": commit,
+           "params": issue_model.PARAMS,
            "skipped": SKIP, "rows": rows,
            "summary": {f"{p} T={T}": summary([r for r in rows if r["pool"] == p and r["T"] == T])
                        for p in POOLS for T in (8, 16, 32) if any(r["pool"] == p and r["T"] == T for r in rows)}}
     a.out.mkdir(parents=True, exist_ok=True)
-    f = a.out / f"issue-model-calibration-cpu-{out['date']}.json"
+    f = a.out / f"issue-model-calibration-cpu-{out['date']}{'' if a.mode == 'no_loads' else '-' + a.mode}.json"
     f.write_text(json.dumps(out, indent=1))
     print(f"{'pool':9s} {'T':>3s} {'points':>6s} {'corr':>6s} {'mae pts':>8s} {'sign':>7s}")
     for k, s in out["summary"].items():
