@@ -302,7 +302,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // and warp 4 the slot ids (all 8 warps issuing at once left no MMA to cover the block, and half
   // 0's first K loads queued behind the copies: Nsight Compute, kernel/NOTES.md)
   constexpr bool HALF1_LOADS = HALVES == 2 && !FP8;
-  constexpr int IDS_WARP = HALVES == 2 ? 4 : 0;   // (fp8 too: its copies are half 1's as well)
+  // (fp8 too: its copies were half 1's when this was chosen). -DMLAV_IDS_WARP=0 (diagnostic, bf16
+  // alone): half 0's first warp, beside its copy block, so that half 1's loop holds no loads' code;
+  // the issue model puts it at -2.8 % with the copies taken (+0.5 % on fp8)
+#ifdef MLAV_IDS_WARP
+  constexpr int IDS_WARP = HALVES == 2 ? (FP8 ? 4 : MLAV_IDS_WARP) : 0;
+#else
+  constexpr int IDS_WARP = HALVES == 2 ? 4 : 0;
+#endif
   auto load_lean = [&](int tile) {
     if constexpr (HALF1_LOADS) {
       if (r == 1) copy_row_lean<8, BN, IDX_WIN, STAGES>(p, it, idx_win, ring, tile, (tid & 127) >> 3, tid & 7, evict_first);
