@@ -155,7 +155,7 @@ constexpr int UNROLL_BF16 = MLAV_UNROLL;
 #else
 constexpr int UNROLL_BF16 = 0;
 #endif
-#if defined(MLAV_UNROLL_FP8)
+#ifdef MLAV_UNROLL_FP8
 constexpr int UNROLL_FP8 = MLAV_UNROLL_FP8;
 #elif defined(MLAV_UNROLL)
 constexpr int UNROLL_FP8 = MLAV_UNROLL;
