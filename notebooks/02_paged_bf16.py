@@ -618,7 +618,8 @@ else:
 # each tier's H200 microbenchmarks and sm_120's published figures and gives a time per layer per
 # tier. Per 16-token tile, the math is the H200's non-matrix clocks (softmax, barriers, loop:
 # the same clocks on sm_120) plus the tile's MMAs at sm_120's rate (a quarter of an MMA per clock
-# per SM) divided by the tier's MMA efficiency measured on the H200; tiers that run two blocks
+# per SM) divided by the tier's MMA efficiency measured on the H200, at most 1 (sm_120's MMAs never
+# run faster than its full rate, even where the H200's parts credit a tier with more); tiers that run two blocks
 # per SM on the H200 and one on sm_120 (rows32d, the 8- and 16-row tiles) pay their non-matrix
 # clocks twice. The memory part is the KV bytes at sm_120's DRAM bandwidth times the fraction of
 # its spec the H200's memory sustains, slowed only if a tier keeps too few bytes in flight for
