@@ -22,8 +22,9 @@ that `overlap` timed and compares the model's ratio to production's with the mea
 (kernel/NOTES.md, 2026-12-05). With loads off it follows fp8's math alone (correlation 0.85) and not
 bf16's (-0.21); with the copies taken against the full call, both pools loosely (0.47-0.54, the sign
 right in ~70 % of the moves): the unrolled loops within a point, the copies' placement in sign (at
-the loop top half the measured +13 %), the softmax's placement (H1_LAG, H1_MIX) not at all. A loop unrolled by two is simulated two tiles a pass and
-reported per tile. `--load-use` lists each shared load's cycles to its first use (load_use).
+the loop top half the measured +13 %), the softmax's placement (H1_LAG, H1_MIX) not at all. A loop
+unrolled by two is simulated two tiles a pass and reported per tile. `--load-use` lists each shared
+load's cycles to its first use (load_use).
 
     python -m kernel.bench.issue_model [--lib DIR] [--arch 90] [--pool bf16|fp8] [--loads on|off] [--load-use]
 """

@@ -148,7 +148,8 @@ constexpr bool FRESH_IDS = true;
 
 // rows64d's prefix-tile loops unrolled by two, per pool: bit h for half h. Measured (three runs,
 // bit-equal, kernel/NOTES.md): mask 3 on fp8 -2.6 to -2.8 % at T >= 16, a tie at T = 8; on bf16
-// the math alone -7 to -9 % but the full call +3 % (the copies' shared-memory traffic waits longer).
+// the math alone -7 to -9 % but the full call +3 % (unrolled, ptxas issues the production copy's
+// shared loads closer to their use, and they wait while copies land: kernel/NOTES.md).
 // -DMLAV_UNROLL sets both pools, -DMLAV_UNROLL_FP8 fp8 alone (diagnostic builds)
 #ifdef MLAV_UNROLL
 constexpr int UNROLL_BF16 = MLAV_UNROLL;
