@@ -83,18 +83,13 @@ def function(fns, pool: str, mode: str = "no_loads") -> tuple[str, bool]:
     before Kinds) with its copies taken. Returns (name, loads flag for the path rule)."""
     stem = f"{len(POOLS[pool])}{POOLS[pool]}ILi2E"
     names = [n for n in fns if stem in n and n.endswith("EEvNS_6ParamsE")]
-    if mode == "full":
-        for n in names:
-            if f"{stem}Li0EE" in n or f"{stem}EE" in n:
-                return n, True
-        raise probe_sass.SassError(f"no HALVES=2 rows64d production function for {pool} among {len(fns)}")
-    for n in names:
-        if f"{stem}Li2EE" in n:
-            return n, False
-    for n in names:
-        if f"{stem}Li0EE" in n or f"{stem}EE" in n:
-            return n, False
-    raise probe_sass.SassError(f"no HALVES=2 rows64d function for {pool} among {len(fns)}")
+    math_alone = next((n for n in names if f"{stem}Li2EE" in n), None)
+    if mode == "no_loads" and math_alone:
+        return math_alone, False
+    production = next((n for n in names if f"{stem}Li0EE" in n or f"{stem}EE" in n), None)
+    if production is None:
+        raise probe_sass.SassError(f"no HALVES=2 rows64d function for {pool} ({mode}) among {len(fns)}")
+    return production, mode == "full"
 
 
 @functools.lru_cache(maxsize=None)

@@ -304,8 +304,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // 0's first K loads queued behind the copies: Nsight Compute, kernel/NOTES.md)
   constexpr bool HALF1_LOADS = HALVES == 2 && !FP8;
   // (fp8 too: its copies were half 1's when this was chosen). -DMLAV_IDS_WARP=0 (diagnostic, bf16
-  // alone): half 0's first warp, beside its copy block, so that half 1's loop holds no loads' code;
-  // the issue model puts it at -2.8 % with the copies taken (+0.5 % on fp8)
+  // alone): half 0's first warp, in top() as now, so that half 1, which issues no tile copies on
+  // bf16, holds no loads' code in its loop; the issue model puts it at -2.8 % with the copies
+  // taken (+0.5 % on fp8)
 #ifdef MLAV_IDS_WARP
   constexpr int IDS_WARP = HALVES == 2 ? (FP8 ? 4 : MLAV_IDS_WARP) : 0;
 #else
