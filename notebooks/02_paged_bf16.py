@@ -51,9 +51,10 @@ dcp = data.newest_or_none(data_dir, "dcp-sim", allow_fixture=smoke)
 fixed = data.newest_or_none(data_dir, "fixed_cost", allow_fixture=smoke)
 trace = data.newest_or_none(data_dir, "trace", allow_fixture=smoke)
 sm120 = data.newest_or_none(data_dir, "sm120_model", allow_fixture=smoke)   # a model, section 11
+sm120sim = data.newest_or_none(data_dir, "sm120_sim", allow_fixture=smoke)   # a second model, section 11
 sink = data.newest_or_none(data_dir, "sink_check", allow_fixture=smoke)    # section 12
 ext = extend_data.load(data_dir, allow_fixture=smoke)   # EXTEND over a cached prefix, section 14
-docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace, sm120, sink, *ext.values())
+docs = [d for d in (val, bench, integ, micro, backend, dcp, fixed, trace, sm120, sm120sim, sink, *ext.values())
         if d is not None]
 df = data.bench_frame(bench)  # the comparisons: ours is `flash` alone, never its variants
 df_all = data.bench_frame(bench, variants=True)  # + forced rows64 and L2 flushed (section 7)
@@ -689,6 +690,43 @@ else:
         {"S": "{:,}", **{c: "{:,.1f}" for c in shown.columns if c.endswith(", us")}},
         "sm_120 ESTIMATE of the lowest tier per shape at each SM clock (a model, not a "
         "measurement): the memory part does not move with the clock, the math does"))
+
+# %%
+sim = data.sm120_sim_frame(sm120sim) if sm120sim is not None else pd.DataFrame()
+if not sim.empty:
+    spacing = {a: max(v["bf16"]["spacing"].items(), key=lambda kv: kv[1])[0] for a, v in sm120sim["sim"].items()}
+    pick = sim[(sim["kv_dtype"] == "bfloat16") & (sim["T"] == 16)]
+    r = (pick if not pick.empty else sim).iloc[0]
+    pipe = sm120sim["params"]["pipe_cycles"]
+    display(Markdown(
+        f"**A second model of the math, from sm_120's own machine code** (`kernel/bench/sm120_sim.py`, "
+        f"`{Path(sm120sim['_path']).name}`; a MODEL, not a measurement). The first model adds the H200's "
+        "non-matrix clocks to the MMAs at sm_120's rate, as if none of that work hid under MMAs that take "
+        f"{pipe['120'] / pipe['90']:.1f} times the H200's clocks. The compiler says more: ptxas spaces one warp's MMAs {spacing.get('120')} cycles "
+        f"apart on sm_120 ({spacing.get('90')} on sm_90), which is sm_120's quarter of an MMA per clock and SM over its "
+        "four schedulers, so a warp in its MMAs keeps its scheduler's tensor pipe busy by itself while the other "
+        "half's warp issues its softmax in the gaps. The issue model (control words, stalls, scoreboards, one "
+        "tensor pipe a scheduler) runs rows64d's steady tile on both builds; the sm_90 run's shortfall against "
+        "the H200's measured clocks at each shape is carried over to sm_120 as a ratio and as clocks, the two ends "
+        f"of a range. At {r['kv_dtype']}, T = {int(r['T'])}: **{r['clk_low']:,.0f}-{r['clk_high']:,.0f} clocks "
+        f"per 64-row tile against the first model's {r['first_model_clk_per_tile']:,.0f}** (the MMAs alone: "
+        f"{r['sm120_mma_floor_clk_per_tile']:,.0f}), i.e. {r['mma_share_low']:.0%}-{r['mma_share_high']:.0%} of "
+        f"sm_120's MMA rate against {r['first_model_mma_share']:.0%}, and {r['sm120_math_us_low']:,.1f}-"
+        f"{r['sm120_math_us_high']:,.1f} us of math per call against {r['first_model_math_us']:,.1f}."
+        + (" On both models most of an sm_120 tile is MMA at every shape shown: the non-matrix work the H200 "
+           "waits on matters less there." if min(sim["mma_share_low"].min(), sim["first_model_mma_share"].min()) > 0.5
+           else "")))
+    display(figures.table(
+        sim[["kv_dtype", "T", "clk_low", "clk_high", "first_model_clk_per_tile", "sm120_mma_floor_clk_per_tile",
+             "sm120_math_us_low", "sm120_math_us_high", "first_model_math_us"]].rename(columns={
+            "kv_dtype": "pool", "clk_low": "clk/tile, low", "clk_high": "clk/tile, high",
+            "first_model_clk_per_tile": "first model, clk/tile", "sm120_mma_floor_clk_per_tile": "MMAs alone, clk/tile",
+            "sm120_math_us_low": "math, us, low", "sm120_math_us_high": "math, us, high",
+            "first_model_math_us": "first model, math, us"}),
+        {c: "{:,.0f}" for c in ("clk/tile, low", "clk/tile, high", "first model, clk/tile", "MMAs alone, clk/tile")}
+        | {c: "{:,.1f}" for c in ("math, us, low", "math, us, high", "first model, math, us")},
+        "sm_120 MODEL of rows64d's math at 185k, H = 8, boost clock, from its machine code (a model, not a "
+        "measurement), beside the first model's"))
 
 # %%
 res = data.resources_frame(bench, provenance.PRODUCTION_ARCH)

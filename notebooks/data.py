@@ -61,6 +61,8 @@ KINDS = {
     "mma-ldsm-probe": "mma.sync with ldmatrix at 1-8 MMAs per load, SASS-checked, beside its "
                       "predictions (kernel/NOTES.md)",
     "sm120_model": "the sm_120 MODEL (not a measurement) built from H200 microbenchmarks (phase 2)",
+    "sm120_sim": "a second sm_120 MODEL of rows64d's math, simulated from sm_120's own machine code "
+                 "(phase 2, section 11)",
     "mma_kinds": "mma.sync's rate on bf16 m16n8k16 against e4m3 m16n8k32 on loop-invariant operands: "
                  "its e4m3 figure is an artefact of ptxas's sm_90 emulation (superseded by mma_forms, "
                  "kernel/NOTES.md)",
@@ -786,6 +788,27 @@ def sm120_frame(doc: dict, kv_dtype: str = BF16_KV, clock: str | None = None) ->
     df["lowest_estimate"] = [best[(r.S, r.T, r.H)] == r.tier for r in df.itertuples()]
     return df.sort_values(["S", "T", "H", "tier"], ascending=[False, True, True, False]
                           ).reset_index(drop=True)
+
+
+SM120_SIM_COLUMNS = ("kv_dtype", "T", "sm120_clk_per_tile_scaled", "sm120_clk_per_tile_shifted",
+                     "first_model_clk_per_tile", "sm120_mma_floor_clk_per_tile", "sm120_math_us_low",
+                     "sm120_math_us_high", "first_model_math_us", "mma_share_low", "mma_share_high",
+                     "first_model_mma_share")
+
+
+def sm120_sim_frame(doc: dict) -> pd.DataFrame:
+    """The second sm_120 model's rows (kind "sm120_sim", kernel/bench/sm120_sim.py: rows64d's math
+    simulated from sm_120's machine code, a MODEL): per pool and T, its range of clocks per 64-row
+    tile and of math per call (low, high) beside the first model's and the MMAs' floor."""
+    df = pd.DataFrame(doc.get("rows") or [])
+    if df.empty:
+        return df
+    missing = [c for c in SM120_SIM_COLUMNS if c not in df]
+    if missing:
+        raise MeasurementError(f"{doc['_path']}: sm120_sim rows lack columns {missing}")
+    df["clk_low"] = df[["sm120_clk_per_tile_scaled", "sm120_clk_per_tile_shifted"]].min(axis=1)
+    df["clk_high"] = df[["sm120_clk_per_tile_scaled", "sm120_clk_per_tile_shifted"]].max(axis=1)
+    return df.sort_values(["kv_dtype", "T"]).reset_index(drop=True)
 
 
 def fp8_large_tiers(micro: dict, model: dict | None = None) -> pd.DataFrame:

@@ -350,7 +350,31 @@ def sm120_model_doc(date: str, seed: int = 0) -> dict:
             "rows": rows}
 
 
-KINDS = ("bench", "validation", "sglang-integration", "microbench", "sglang-backend", "sm120_model")
+def sm120_sim_doc(date: str, seed: int = 0) -> dict:
+    """The second sm_120 model's file (kernel/bench/sm120_sim.py's schema) by a toy rule: per pool and
+    T, a simulated sm_120 tile between the MMAs' floor and the first model's clocks."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for kv in ("bfloat16", "fp8_e4m3"):
+        for T, tiles in ((8, 62), (16, 125), (32, 252)):
+            floor, first = 2176.0, float(rng.uniform(3000, 3500))
+            scaled, shifted = float(rng.uniform(2400, 2900)), float(rng.uniform(2400, 2900))
+            lo, hi = min(scaled, shifted), max(scaled, shifted)
+            rows.append({"kv_dtype": kv, "T": T, "S": 185000, "H": 8, "tier": 8, "clock": "boost",
+                         "sm120_clk_per_tile_scaled": scaled, "sm120_clk_per_tile_shifted": shifted,
+                         "first_model_clk_per_tile": first, "sm120_mma_floor_clk_per_tile": floor,
+                         "sm120_tiles_per_cta": tiles, "sm120_math_us_low": tiles * lo / 2617.0,
+                         "sm120_math_us_high": tiles * hi / 2617.0, "first_model_math_us": tiles * first / 2617.0,
+                         "mma_share_low": floor / hi, "mma_share_high": floor / lo,
+                         "first_model_mma_share": floor / first})
+    spacing = {"bf16": {"spacing": {"16": 90, "1": 30}}}
+    return {**header("sm120_sim", date), "model": "a model, not a measurement: fixture toy model",
+            "inputs": {"micro": "microbench-fixture.json", "model": "sm120_model-fixture.json"},
+            "params": {"pipe_cycles": {"90": 6.85, "120": 16.0}},
+            "sim": {"90": {"bf16": {"spacing": {"6": 99, "1": 27}}}, "120": spacing}, "rows": rows}
+
+
+KINDS = ("bench", "validation", "sglang-integration", "microbench", "sglang-backend", "sm120_model", "sm120_sim")
 
 
 def write_fixture_data(data_dir: str | Path, *, kinds=KINDS,
@@ -362,7 +386,7 @@ def write_fixture_data(data_dir: str | Path, *, kinds=KINDS,
     data_dir.mkdir(parents=True, exist_ok=True)
     with_fp8 = {"bench": bench_doc, "validation": validation_doc, "sglang-backend": backend_doc}
     makers = {**with_fp8, "sglang-integration": integration_doc, "microbench": micro_doc,
-              "sm120_model": sm120_model_doc}
+              "sm120_model": sm120_model_doc, "sm120_sim": sm120_sim_doc}
     stamp = date[:19].replace(":", "")
     for kind in kinds:
         doc = makers[kind](date, seed, fp8=fp8) if kind in with_fp8 else makers[kind](date, seed)

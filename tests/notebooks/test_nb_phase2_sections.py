@@ -150,6 +150,24 @@ def test_sm120_estimate_at_each_clock_moves_only_the_math(page, fixture_dir):
     assert "Max-Q 2.288 GHz, overlapped, us" in r
 
 
+def test_sm120_second_model_is_labelled_a_model_and_quotes_its_file(page, fixture_dir):
+    doc = _doc(fixture_dir, "sm120_sim")
+    e = next(x for x in doc["rows"] if (x["kv_dtype"], x["T"]) == ("bfloat16", 16))
+    lo = min(e["sm120_clk_per_tile_scaled"], e["sm120_clk_per_tile_shifted"])
+    hi = max(e["sm120_clk_per_tile_scaled"], e["sm120_clk_per_tile_shifted"])
+    text = _text(page)
+    assert "second model of the math, from sm_120's own machine code" in text
+    assert f"{lo:,.0f}-{hi:,.0f} clocks per 64-row tile against the first model's {e['first_model_clk_per_tile']:,.0f}" in text
+    assert "spaces one warp's MMAs 16 cycles apart on sm_120 (6 on sm_90)" in text
+    assert "take 2.3 times the H200's clocks" in text
+    rows = _table(page, "sm_120 MODEL of rows64d's math at 185k")
+    r = next(r for r in rows if r["KV pool"] == "fp8_e4m3" and r["T"] == "32")
+    f = next(x for x in doc["rows"] if (x["kv_dtype"], x["T"]) == ("fp8_e4m3", 32))
+    assert r["math, us, low"] == f"{f['sm120_math_us_low']:,.1f}"
+    assert r["first model, math, us"] == f"{f['first_model_math_us']:,.1f}"
+    assert r["MMAs alone, clk/tile"] == "2,176"
+
+
 def test_sm120_resources_per_tier_without_invented_shared_memory(page):
     rows = _table(page, "Registers, spills and static shared memory")
     small = next(r for r in rows if r["variant"] == "small_nt1")
