@@ -148,7 +148,8 @@ def test_index_links_every_report_with_date_commit_gpu(rendered, fixture_dir):
     assert page.count("test fixture, not a measurement") >= 5  # 1 + 1 + 3 sources
     rec = index.read_record(rendered / "02_paged_bf16.html")
     assert [s["kind"] for s in rec["sources"]] == ["validation", "bench", "sglang-integration",
-                                                    "microbench", "sglang-backend", "sm120_model"]
+                                                    "microbench", "sglang-backend", "sm120_model",
+                                                    "sm120_sim"]
 
 
 @pytest.mark.parametrize("name", PHASES)
