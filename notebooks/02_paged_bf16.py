@@ -970,6 +970,20 @@ if not race.empty:
         "than the copy's (kernel.ops.SMALL8_PADDED_PERCENT). A bench row above ran the tier its own commit picked."))
 
 # %%
+steps = data.budget_steps(micro) if micro is not None else pd.DataFrame()
+if not steps.empty:
+    display(Markdown(
+        f"**What one more node costs at a tile's edge** (`{Path(micro['_path']).name}`, the fastest tier at each "
+        "shape, measured on the H200): DDTree verifies D = budget + 1 nodes per request, and the large tiers "
+        "compute whole 64-row tiles of D x H rows, padding included, so the node past a full tile opens one of "
+        "mostly padding: "
+        + "; ".join(f"{r.kv_dtype}, H = {r.H}: D = {r.T} ({r.tiles} tiles) {r.us:,.1f} us, D = {r.T_next} "
+                    f"({r.tiles_next} tiles) {r.us_next:,.1f} us ({r.ratio:.2f}x)" for r in steps.itertuples())
+        + ". At these head counts a budget of "
+        + " or ".join(str(int(t) - 1) for t in sorted(set(steps["T"])))
+        + " fills its tiles; one node more pays for a tile of padding."))
+
+# %%
 if backend is None or backend_cases.empty:
     display(Markdown("**SGLang's real backend:** no sglang-backend file in the data directory."))
 else:

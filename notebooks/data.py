@@ -844,6 +844,34 @@ def fp8_large_tiers(micro: dict, model: dict | None = None) -> pd.DataFrame:
     return df.sort_values(["S", "T", "H"], ascending=[False, True, True]).reset_index(drop=True)
 
 
+def budget_steps(micro: dict) -> pd.DataFrame:
+    """Where one more verified node per request costs a row tile: each microbench shape (S, T, H) on
+    either pool whose T + 1 the file also times, the fastest tier's full-kernel time at both (H200,
+    measured) and the 64-row tiles each fills. DDTree verifies D = budget + 1 nodes, so a budget
+    whose D x H is a multiple of 64 fills its tiles and one more node opens a tile of mostly padding.
+    Empty when no such pair is in the file."""
+    out = []
+    for kv in (BF16_KV, FP8_KV):
+        mf = micro_frame(micro, kv)
+        if mf.empty:
+            continue
+        best = mf.dropna(subset=["full_us"]).loc[lambda d: d["fastest"]].set_index(["S", "T", "H"])
+        for (S, T, H), r in best.iterrows():
+            if (S, T + 1, H) not in best.index:
+                continue
+            n = best.loc[(S, T + 1, H)]
+            if -(-int((T + 1) * H) // 64) == -(-int(T * H) // 64):
+                continue                  # the same tiles: not a budget's step
+            out.append({"kv_dtype": kv, "S": int(S), "H": int(H), "T": int(T), "T_next": int(T + 1),
+                        "tiles": -(-int(T * H) // 64), "tiles_next": -(-int((T + 1) * H) // 64),
+                        "us": float(r["full_us"]), "us_next": float(n["full_us"]),
+                        "tile": r["tile"], "tile_next": n["tile"]})
+    df = pd.DataFrame(out)
+    if not df.empty:
+        df["ratio"] = df["us_next"] / df["us"]
+    return df
+
+
 def sm120_clocks_frame(doc: dict, kv_dtype: str = BF16_KV) -> pd.DataFrame:
     """Per shape, the tier the model ranks lowest at the default clock and its estimate and
     overlapped bound at every clock of the file (columns "<clock> estimate" / "<clock> overlapped",

@@ -141,3 +141,18 @@ def test_fp8_large_tiers_pairs_both_tiers_and_the_model_at_ddtree_rows():
     assert data.fp8_large_tiers(micro).set_index("T").loc[65, "model_lower"] == "n/a"   # no model file
     bf16_only = {"_path": "m.json", "rows": [r for r in micro["rows"] if r.get("kv_dtype") != "fp8_e4m3"]}
     assert data.fp8_large_tiers(bf16_only, model).empty
+
+
+def test_budget_steps_pair_the_shapes_either_side_of_a_tile_edge():
+    """micro-h200-20261205T0244.json times the fp8 pool at D = 16, 17, 32 and 33: the two pairs whose
+    second shape opens a 64-row tile at 8 heads (2 -> 3 and 4 -> 5 tiles), each at its fastest tier;
+    T = 1 -> 2 (one tile either way) is no budget's step, and a file without such pairs gives nothing."""
+    micro = data.load_file(DATA / "micro-h200-20261205T0244.json")
+    steps = data.budget_steps(micro)
+    assert [(r.kv_dtype, r.T, r.T_next, r.tiles, r.tiles_next) for r in steps.itertuples()] == [
+        ("fp8_e4m3", 16, 17, 2, 3), ("fp8_e4m3", 32, 33, 4, 5)]
+    fastest = data.micro_frame(micro, data.FP8_KV).query("fastest").set_index("T")["full_us"]
+    assert list(steps["us"]) == [fastest[16], fastest[32]] and list(steps["us_next"]) == [fastest[17], fastest[33]]
+    assert (steps["ratio"] > 1).all()
+    no_pairs = {"_path": "m.json", "rows": [r for r in micro["rows"] if r["T"] not in (17, 33)]}
+    assert data.budget_steps(no_pairs).empty
