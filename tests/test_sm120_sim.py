@@ -80,3 +80,13 @@ def test_notes_quote_the_committed_file():
     notes = (ROOT / "kernel" / "NOTES.md").read_text()
     for line in sm120_sim.notes_lines(_committed()):
         assert line in notes, line
+
+
+def test_missing_inputs_are_named_before_any_build(tmp_path, capsys):
+    assert sm120_sim.main(["--data", str(tmp_path)]) == 2
+    assert "--micro: no micro-*.json in" in capsys.readouterr().err
+    micro = tmp_path / "micro-h200-20990101T0000.json"
+    micro.write_text(json.dumps({"date": "2099-01-01T00:00:00+00:00", "rows": []}))
+    assert sm120_sim.main(["--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--model:" in err and "sm120-model-from-h200-20990101T0000.json not found" in err
