@@ -21,3 +21,15 @@ def _torchvision_shim() -> None:
 
 
 _torchvision_shim()
+
+
+import pytest  # noqa: E402
+
+from kernel import build  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def lib_dir():
+    """The suite's one kernel build for every arch (cached by source hash); nvcc is on CI's machine,
+    so a missing nvcc fails here."""
+    return build.build(build.ARCHS)

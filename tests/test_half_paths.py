@@ -2,14 +2,8 @@
 path, on this build's machine code (sm_90, the H200's, and sm_120, the production GPU's)."""
 import pytest
 
-from kernel import build
 from kernel.bench import half_paths
 from kernel.bench.probe_sass import Instr
-
-
-@pytest.fixture(scope="module")
-def lib_dir():
-    return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
 
 
 @pytest.mark.parametrize("arch", ["90", "120"])

@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from kernel import build
 from kernel.bench import issue_model as im
 from kernel.bench import issue_model_calibrate as cal
 
@@ -76,11 +75,6 @@ def test_the_cta_barrier_holds_the_short_half_to_the_long_one():
 def test_paths_must_be_two():
     with pytest.raises(ValueError, match="paths: expected two"):
         im.simulate([[op("NOP")]])
-
-
-@pytest.fixture(scope="module")
-def lib_dir():
-    return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
 
 
 @pytest.mark.parametrize("pool,loads", [("bf16", True), ("bf16", False), ("fp8", False)])

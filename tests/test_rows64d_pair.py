@@ -15,11 +15,6 @@ from kernel.ops import FP8_TIERS, TIERS, pick_tier, verify_attention
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def lib_dir():
-    return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
-
-
 def test_never_picked_by_default():
     assert TIERS[9] == 64 and 9 not in FP8_TIERS
     assert all(pick_tier(H, T, 1, kv_fp8=f) != 9 for H in (1, 8, 64) for T in (1, 4, 8, 16, 65)

@@ -7,16 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kernel import build
 from kernel.bench import issue_model as im, probe_sass, sm120_estimate, sm120_sim
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "reports" / "data"
-
-
-@pytest.fixture(scope="module")
-def lib_dir():
-    return build.build(build.ARCHS)      # the suite's one build (cached by source hash)
 
 
 def _committed() -> dict:
