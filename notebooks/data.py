@@ -860,10 +860,11 @@ def budget_steps(micro: dict) -> pd.DataFrame:
             if (S, T + 1, H) not in best.index:
                 continue
             n = best.loc[(S, T + 1, H)]
-            if -(-int((T + 1) * H) // 64) == -(-int(T * H) // 64):
+            tiles, tiles_next = -(-int(T * H) // 64), -(-int((T + 1) * H) // 64)
+            if tiles_next == tiles:
                 continue                  # the same tiles: not a budget's step
             out.append({"kv_dtype": kv, "S": int(S), "H": int(H), "T": int(T), "T_next": int(T + 1),
-                        "tiles": -(-int(T * H) // 64), "tiles_next": -(-int((T + 1) * H) // 64),
+                        "tiles": tiles, "tiles_next": tiles_next,
                         "us": float(r["full_us"]), "us_next": float(n["full_us"]),
                         "tile": r["tile"], "tile_next": n["tile"]})
     df = pd.DataFrame(out)

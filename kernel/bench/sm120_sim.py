@@ -86,6 +86,11 @@ def _h200_math(micro: dict) -> dict:
     return out
 
 
+def clk_range(r: dict) -> tuple[float, float]:
+    """A row's sm_120 clocks a tile, (low, high): its scaled and shifted estimates in order."""
+    return tuple(sorted((r["sm120_clk_per_tile_scaled"], r["sm120_clk_per_tile_shifted"])))
+
+
 def rows(sim: dict, micro: dict, model_doc: dict, clock: str = sm120_estimate.DEFAULT_CLOCK) -> list[dict]:
     """Per pool and T (185k, H = 8, rows64d): sm_120's math per tile and per call, scaled and shifted
     from the sm_90 run's shortfall at that shape, beside the first model's and the MMAs' floor."""
@@ -102,7 +107,7 @@ def rows(sim: dict, micro: dict, model_doc: dict, clock: str = sm120_estimate.DE
             f = first[(kv, T)]
             floor = f["mmas_per_tile"] / sm120_estimate.SM120["mma_per_clk_sm"]
             scaled, shifted = s120 * m90 / s90, s120 + (m90 - s90)
-            lo, hi = min(scaled, shifted), max(scaled, shifted)
+            lo, hi = sorted((scaled, shifted))
             tiles = f["sm120_tiles_per_cta"]
             out.append({"kv_dtype": kv, "T": T, "S": 185000, "H": 8, "tier": TIER, "clock": clock,
                         "h200_math_clk_per_tile": m90, "sim_sm90_clk_per_tile": s90, "sim_sm120_clk_per_tile": s120,
@@ -137,9 +142,9 @@ def table(doc: dict) -> list[str]:
                        for a in ARCHS),
            "pool      T  H200 meas  sim sm_90  sim sm_120  sm_120 (range)  first model  MMA floor  math us (range) / first"]
     for r in doc["rows"]:
+        lo, hi = clk_range(r)
         out.append(f"{r['kv_dtype']:9s} {r['T']:>2} {r['h200_math_clk_per_tile']:9.0f} {r['sim_sm90_clk_per_tile']:10.0f} "
-                   f"{r['sim_sm120_clk_per_tile']:11.0f}  {min(r['sm120_clk_per_tile_scaled'], r['sm120_clk_per_tile_shifted']):6.0f}-"
-                   f"{max(r['sm120_clk_per_tile_scaled'], r['sm120_clk_per_tile_shifted']):<6.0f}  "
+                   f"{r['sim_sm120_clk_per_tile']:11.0f}  {lo:6.0f}-{hi:<6.0f}  "
                    f"{r['first_model_clk_per_tile']:11.0f} {r['sm120_mma_floor_clk_per_tile']:10.0f}  "
                    f"{r['sm120_math_us_low']:6.1f}-{r['sm120_math_us_high']:<6.1f} / {r['first_model_math_us']:.1f}")
     return out
@@ -153,7 +158,7 @@ def notes_lines(doc: dict) -> list[str]:
            "MMAs alone | math, us, range / first model |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in doc["rows"]:
-        lo, hi = sorted((r["sm120_clk_per_tile_scaled"], r["sm120_clk_per_tile_shifted"]))
+        lo, hi = clk_range(r)
         out.append(f"| {r['kv_dtype']} | {r['T']} | {r['h200_math_clk_per_tile']:,.0f} | {r['sim_sm90_clk_per_tile']:,.0f} | "
                    f"{r['sim_sm120_clk_per_tile']:,.0f} | {lo:,.0f}-{hi:,.0f} | {r['first_model_clk_per_tile']:,.0f} | "
                    f"{r['sm120_mma_floor_clk_per_tile']:,.0f} | {r['sm120_math_us_low']:.1f}-{r['sm120_math_us_high']:.1f} / "
