@@ -178,8 +178,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "unroll2": (("MLAV_UNROLL=3",), (8,)),
     "unroll_h0": (("MLAV_UNROLL=1",), (8,)),
     "unroll_h1": (("MLAV_UNROLL=2",), (8,)),
-    # fp8's loops alone unrolled (UNROLL_FP8; bf16 is production's): fp8's machine code as unroll2's
-    "unroll_fp8": (("MLAV_UNROLL_FP8=3",), (8,)),
+    # fp8's loops rolled (UNROLL_FP8 = 0), the production before fp8's unrolled loops
+    "fp8_rolled": (("MLAV_UNROLL_FP8=0",), (8,)),
     # both, with half 0's copy block at PV's column step 0 (pieces_block0's; bf16 only: the macro
     # sets fp8's SPLIT_COPIES too)
     "unroll2_block0": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=5"), (8,)),

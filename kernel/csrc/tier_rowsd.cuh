@@ -161,7 +161,7 @@ constexpr int UNROLL_FP8 = MLAV_UNROLL_FP8;
 #elif defined(MLAV_UNROLL)
 constexpr int UNROLL_FP8 = MLAV_UNROLL;
 #else
-constexpr int UNROLL_FP8 = 0;
+constexpr int UNROLL_FP8 = 3;
 #endif
 
 template <int HALVES, bool FP8 = false>
