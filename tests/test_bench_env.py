@@ -10,6 +10,8 @@ INFO = {"date": "2026-12-03T13:18:56+00:00", "gpu": "NVIDIA H200"}
 def test_file_name_is_kind_gpu_and_utc_minute():
     assert env.file_name("bench", INFO) == "bench-h200-20261203T1318.json"
     assert env.file_name("overlap-fp8", dict(INFO, gpu="NVIDIA RTX PRO 6000")) == "overlap-fp8-6000-20261203T1318.json"
+    # the H100's last word names its memory, not the card
+    assert env.file_name("micro", dict(INFO, gpu="NVIDIA H100 80GB HBM3")) == "micro-h100-20261203T1318.json"
 
 
 def test_write_json_creates_the_folder_and_round_trips(tmp_path):

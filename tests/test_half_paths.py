@@ -9,8 +9,8 @@ from kernel.bench.probe_sass import Instr
 @pytest.mark.parametrize("arch", ["90", "120"])
 def test_each_half_runs_its_mmas_and_softmax_and_half_0_the_copies(lib_dir, arch):
     h0, h1 = half_paths.check(lib_dir, arch)
-    for h in (h0, h1):   # 36 QK + 32 PV MMAs a warp and tile; the softmax's exp2 and reciprocal
-        assert h["hmma"] == 68 and h["mufu"] >= 4, h
+    for h in (h0, h1):   # 36 QK + 32 PV MMAs a warp and tile, one tile a pass; the softmax's exp2 and reciprocal
+        assert h["tiles"] == 1 and h["hmma"] == 68 and h["mufu"] >= 4, h
     # bf16 half 0 issues the tile's nine copy pieces (SPLIT_COPIES); half 1's LDGSTS are warp 4's slot
     # ids, which half 0's path leaves out (no warp of half 0 copies them)
     assert h0["ldgsts"] >= 9 and h1["ldgsts"] <= 2, (h0, h1)
@@ -21,10 +21,12 @@ def test_each_half_runs_its_mmas_and_softmax_and_half_0_the_copies(lib_dir, arch
 @pytest.mark.parametrize("arch", ["90", "120"])
 def test_fp8_half_0_issues_the_h0pv_pieces_in_its_pv(lib_dir, arch):
     h0, h1 = half_paths.check(lib_dir, arch, pool="fp8")
-    for h in (h0, h1):   # fp8 converts the tile to f16 and runs the same 68 MMAs a warp and tile
-        assert h["hmma"] == 68 and h["mufu"] >= 4, h
-    # half 0's PV issues the tile's five H0PV pieces, as pairs (H0PV_PAIRS_FP8); half 1 only the slot ids
-    assert h0["ldgsts"] >= 5 and h1["ldgsts"] <= 2, (h0, h1)
+    # fp8 converts the tile to f16 and runs the same 68 MMAs a warp and tile, two tiles a pass: both
+    # halves' loops are unrolled by two (UNROLL_FP8 = 3)
+    for h in (h0, h1):
+        assert h["tiles"] == 2 and h["hmma"] == 2 * 68 and h["mufu"] >= 2 * 4, h
+    # half 0's PV issues each tile's five H0PV pieces, as pairs (H0PV_PAIRS_FP8); half 1 only the slot ids
+    assert h0["ldgsts"] >= 2 * 5 and h1["ldgsts"] <= 2 * 2, (h0, h1)
 
 
 def test_an_unknown_pool_is_refused_by_name():

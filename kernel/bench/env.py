@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -49,11 +50,20 @@ def env_info(commit: str) -> dict:
 
 
 
+def gpu_word(gpu: str) -> str:
+    """The word of a GPU's name that tells the card: the first with a digit that is not a memory
+    size ("NVIDIA H100 80GB HBM3" -> h100, where the last word, hbm3, would name the memory),
+    else the last word."""
+    words = gpu.split()
+    return next((w for w in words if re.search(r"\d", w) and not re.fullmatch(r"\d+GB", w, re.I)),
+                words[-1] if words else "gpu").lower()
+
+
 def file_name(kind: str, info: dict) -> str:
-    """A result file's name: <kind>-<GPU's last word>-<UTC date and hour-minute>.json, e.g.
+    """A result file's name: <kind>-<gpu_word>-<UTC date and hour-minute>.json, e.g.
     bench-h200-20261203T1318.json (info: env_info's record)."""
     stamp = info["date"].replace(":", "").replace("-", "")[:13]
-    return f"{kind}-{info['gpu'].split()[-1].lower()}-{stamp}.json"
+    return f"{kind}-{gpu_word(info['gpu'])}-{stamp}.json"
 
 
 def write_json(out: str | Path, kind: str, doc: dict, info: dict | None = None) -> Path:

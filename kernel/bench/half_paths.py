@@ -14,7 +14,8 @@ half 1: half 1's path takes them, half 0's path leaves them out where its loop h
 2026-12-04's eighth session it took them: ~30 sm_90 instructions that half 0 never runs). A
 predicated-off instruction is counted: it still takes an issue slot. Reported per path: its
 length, HMMAs, LDGSTS (of them slot-id copies), shared loads, and the never-executed `@!PT LDS
-RZ, [RZ]` that ptxas puts before an LDGSTS following shared loads. The loop with the copy pieces
+RZ, [RZ]` that ptxas puts before an LDGSTS following shared loads, over one pass: `tiles` tiles,
+two where the loop is unrolled by two (fp8's production since 2026-12-05, UNROLL_FP8), else one. The loop with the copy pieces
 (bf16's nine, fp8's five H0PV pieces) is half 0; the other, whose only LDGSTS are warp 4's slot
 ids, is half 1. (That is production's layout: with -DMLAV_SPLIT_COPIES=0 half 1 issues the copies
 and the two labels swap.)
@@ -33,6 +34,7 @@ from . import pair_sass, probe_sass
 FUNCTIONS = {"bf16": pair_sass.FUNCTIONS[8],                          # rows64d, the verify kernel (Kind PROD)
              "fp8": "_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2ELi0EEEvNS_6ParamsE"}
 MIN_HMMA = 60                            # a half's loop holds 68 (36 QK + 32 PV a warp)
+HMMA_A_TILE = 68                         # a warp's HMMAs a 64-row tile, both pools
 
 
 def is_id_copy(x: probe_sass.Instr) -> bool:
@@ -57,7 +59,8 @@ def steady_path(fn: list[probe_sass.Instr], head: int, back: int, ids: bool = Tr
 
 def _counts(path: list[probe_sass.Instr]) -> dict:
     ops = Counter(y.op.split(".")[0] for y in path)
-    return {"instructions": len(path), "hmma": ops["HMMA"], "mufu": ops["MUFU"], "ldgsts": ops["LDGSTS"],
+    # "tiles": tiles one pass covers, 2 where the loop is unrolled by two (fp8's production, UNROLL_FP8)
+    return {"tiles": max(round(ops["HMMA"] / HMMA_A_TILE), 1), "instructions": len(path), "hmma": ops["HMMA"], "mufu": ops["MUFU"], "ldgsts": ops["LDGSTS"],
             "id_copies": sum(map(is_id_copy, path)), "lds": ops["LDS"],
             "dummy_lds": sum(y.op.startswith("LDS") and y.pred and not y.regs for y in path),
             "ops": dict(ops.most_common())}
@@ -116,7 +119,7 @@ def main(argv=None) -> int:
                     help="bf16 (default) or fp8: which rows64d (fp8's half 0 issues its five H0PV pieces)")
     a = ap.parse_args(argv)
     for r in check(a.lib or build.build(build.ARCHS), a.arch, a.pool):
-        print(f"{r['arch']} half {r['half']}: {r['instructions']} instructions a tile and warp, {r['hmma']} HMMA, "
+        print(f"{r['arch']} half {r['half']}: {r['instructions']} instructions a warp a pass of {r['tiles']} tile(s), {r['hmma']} HMMA, "
               f"{r['mufu']} MUFU, {r['ldgsts']} LDGSTS ({r['id_copies']} slot-id copies), {r['lds']} LDS of which {r['dummy_lds']} never executed "
               f"(loop {r['head']:#x}..{r['back']:#x})")
     return 0
