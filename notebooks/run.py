@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -90,6 +91,27 @@ def check_parameters(ipynb: Path, raw: dict[str, str], defaults: dict) -> dict:
         raise RunError(str(e)) from None
 
 
+def ipc_kernel_manager(folder: Path):
+    """A Jupyter kernel manager class whose kernel talks over Unix sockets in `folder` (short: a
+    socket's path must fit in 107 bytes). Over TCP the client picks five free ports, closes them and
+    the kernel binds them a moment later, so a server started beside it (the test suite's other
+    worker) could take one first, and the kernel died with "Address already in use" (a CI run of
+    2026-12-05)."""
+    from jupyter_client import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self):
+            return "ipc"
+
+        @default("connection_file")
+        def _connection_file_default(self):
+            return str(folder / "kernel.json")
+
+    return IPCKernelManager
+
+
 def execute(ipynb: Path, out: Path, values: dict, timeout: float, progress: bool = True) -> None:
     """papermill with kernel python3 and cwd = repo root; a failing cell becomes a RunError
     naming the cell index, the exception and the partially executed notebook."""
@@ -99,9 +121,11 @@ def execute(ipynb: Path, out: Path, values: dict, timeout: float, progress: bool
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([saved] if saved else []))
     try:
-        papermill.execute_notebook(str(ipynb), str(out), parameters=values, kernel_name="python3",
-                                   cwd=str(ROOT), progress_bar=progress, start_timeout=120,
-                                   execution_timeout=timeout)
+        with tempfile.TemporaryDirectory(prefix="mlav-kernel-") as sockets:
+            papermill.execute_notebook(str(ipynb), str(out), parameters=values, kernel_name="python3",
+                                       cwd=str(ROOT), progress_bar=progress, start_timeout=120,
+                                       execution_timeout=timeout,
+                                       kernel_manager_class=ipc_kernel_manager(Path(sockets)))
     except papermill.PapermillExecutionError as e:
         raise RunError(f"{ipynb.stem}: cell {e.cell_index} (execution count {e.exec_count}) "
                        f"raised {e.ename}: {e.evalue}\n  partially executed notebook: {out}"

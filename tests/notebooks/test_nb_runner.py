@@ -7,6 +7,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+import nbformat
 import pytest
 from nb_fixtures import write_fixture_data
 
@@ -140,3 +141,27 @@ def test_all_checks_every_notebook_before_running_any(tmp_path, cli, capsys):
     rc = cli(tmp_path, "all", "-p", "smoke", "true", "-p", "data_dir", str(data_dir))
     assert rc == 1 and "no measurement of kind 'validation'" in capsys.readouterr().err
     assert not (tmp_path / "reports" / "00_baseline.html").exists()  # 00 alone had its data
+
+
+TRANSPORT_NOTEBOOK = '''# %% tags=["parameters"]
+x = 1
+
+# %%
+from ipykernel.kernelapp import IPKernelApp
+app = IPKernelApp.instance()
+print("transport", app.transport, len(app.ip) + len("-99999"))
+'''
+
+
+def test_the_kernel_talks_over_unix_sockets_not_tcp_ports(tmp_path):
+    # TCP ports the client picked could be taken by a server the other test worker starts before the
+    # kernel binds them (zmq "Address already in use": a red CI run); IPC sockets are named per kernel
+    src = tmp_path / "transport.py"
+    src.write_text(TRANSPORT_NOTEBOOK)
+    ipynb = run.to_ipynb(src, tmp_path / "build")
+    out = tmp_path / "build" / "transport.executed.ipynb"
+    run.execute(ipynb, out, {"x": 2}, timeout=60, progress=False)
+    text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
+    word, transport, path_len = text.split()
+    assert (word, transport) == ("transport", "ipc")
+    assert int(path_len) <= 107   # a Unix socket's path limit
