@@ -190,15 +190,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # rungs/overlap-h200-20261205T053*-unroll-spread-run{1,2,3}.json): +4.2 to +6.2 % full call
     "unroll2_spread": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=2"), (8,)),
     "unroll2_spread_late": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=3"), (8,)),
-    # bf16's slot-id copies by half 0's first warp (-DMLAV_IDS_WARP=0; fp8 keeps warp 4), beside
-    # its copy block, so that half 1's loop holds no loads' code (256 -> 224 sm_90 instructions a
-    # tile, half 0 285 -> 318); and with half 1's loop unrolled too (4 bytes spilled on sm_90).
-    # Screened on the CPU (issue_model, copies taken, which follows copy placement and unrolling:
-    # kernel/NOTES.md): -2.8 % and -3.1 %. Predicted: ids_half0 -1 to -3 % full call, its no loads
-    # production's (the MATH_ALONE copy is unchanged); unroll_h1_ids_half0 -1 to -4 %, no loads as
-    # unroll_h1's (-2.8 to -4.8 %). Not timed yet
-    "ids_half0": (("MLAV_IDS_WARP=0",), (8,)),
-    "unroll_h1_ids_half0": (("MLAV_UNROLL=2", "MLAV_IDS_WARP=0"), (8,)),
+    # (ids_half0 and unroll_h1_ids_half0, bf16's slot-id copies by warp 0 (-DMLAV_IDS_WARP=0), rolled
+    # and with half 1's loop unrolled: measured on an H100, 2026-12-05 (commit 5627f80, two runs,
+    # rungs/overlap-h100-20261205T1208-ids-half0-run{1,2}.json, bit-equal): +1.8 to +2.4 % / +0.1 to
+    # +0.8 % at T = 8, +6.3 to +6.9 % / +4.6 to +4.7 % at T = 32, the loads alone +12 %; deleted)
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -149,8 +149,9 @@ constexpr bool FRESH_IDS = true;
 // rows64d's prefix-tile loops unrolled by two, per pool: bit h for half h. Measured (three runs,
 // bit-equal, kernel/NOTES.md): mask 3 on fp8 -2.6 to -2.8 % at T >= 16, a tie at T = 8; on bf16
 // the math alone -7 to -9 % but the full call +3 % (unrolled, ptxas issues the production copy's
-// shared loads closer to their use, and they wait while copies land: kernel/NOTES.md).
-// -DMLAV_UNROLL sets both pools, -DMLAV_UNROLL_FP8 fp8 alone (diagnostic builds)
+// shared loads closer to their use, and they wait while copies land: kernel/NOTES.md). Production:
+// fp8 3 (confirmed on an H100, 2026-12-05: -1.0 to -2.3 % at T = 16, -2.6 to -2.9 % at T = 32),
+// bf16 0. -DMLAV_UNROLL sets both pools, -DMLAV_UNROLL_FP8 fp8 alone (diagnostic builds)
 #ifdef MLAV_UNROLL
 constexpr int UNROLL_BF16 = MLAV_UNROLL;
 #else
@@ -303,15 +304,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // and warp 4 the slot ids (all 8 warps issuing at once left no MMA to cover the block, and half
   // 0's first K loads queued behind the copies: Nsight Compute, kernel/NOTES.md)
   constexpr bool HALF1_LOADS = HALVES == 2 && !FP8;
-  // (fp8 too: its copies were half 1's when this was chosen). -DMLAV_IDS_WARP=0 (diagnostic, bf16
-  // alone): half 0's first warp, in top() as now, so that half 1, which issues no tile copies on
-  // bf16, holds no loads' code in its loop; the issue model puts it at -2.8 % with the copies
-  // taken (+0.5 % on fp8)
-#ifdef MLAV_IDS_WARP
-  constexpr int IDS_WARP = HALVES == 2 ? (FP8 ? 4 : MLAV_IDS_WARP) : 0;
-#else
+  // (fp8 too: its copies were half 1's when this was chosen). Warp 0 instead, so that half 1 holds
+  // no loads' code on bf16: +6.3 to +6.9 % at T = 32 on an H100, its loads alone +12 % (2026-12-05,
+  // kernel/NOTES.md; measured, deleted)
   constexpr int IDS_WARP = HALVES == 2 ? 4 : 0;
-#endif
   auto load_lean = [&](int tile) {
     if constexpr (HALF1_LOADS) {
       if (r == 1) copy_row_lean<8, BN, IDX_WIN, STAGES>(p, it, idx_win, ring, tile, (tid & 127) >> 3, tid & 7, evict_first);
