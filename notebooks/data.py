@@ -1186,7 +1186,6 @@ def production_frame(doc: dict) -> pd.DataFrame:
     read, mma = ceilings(doc)
     df = pd.DataFrame(rows)
     df["pool"] = [row_kv(r) for r in rows]
-    keys = ["algorithm", "pool", "T", "batch"]
     ours = df[df["impl"] == OURS]
     out = []
     for _, o in ours.iterrows():
