@@ -644,8 +644,9 @@ else:
              + (f" and `{bench_in}`" if bench_in else " (written from the micro file alone, before any bench of its run: the read ceiling is the micro file's)")
              + f". Published sm_120 figures: {published}. SM clocks: "
              + ", ".join(f"{names.get(k, k)} {v:g} GHz" for k, v in clocks.items())
-             + f" (sources in the model file; the table: {names.get(sm120['default_clock'])}). Assumed: the H200's read ceiling over its "
-             f"{sm120['assumptions']['h200_spec_GBps']:,.0f} GB/s spec "
+             + f" (sources in the model file; the table: {names.get(sm120['default_clock'])}). Assumed: the {sm120.get('gpu', 'NVIDIA H200')}'s read ceiling over its "
+             # spec_GBps: the measured GPU's datasheet figure; files before 2026-12-05 had the H200's alone
+             f"{sm120['assumptions'].get('spec_GBps') or sm120['assumptions']['h200_spec_GBps']:,.0f} GB/s spec "
              f"({sm120['assumptions']['dram_fraction']:.3f}) carries over to sm_120's DRAM, and "
              f"{sm120['assumptions']['dram_latency_ns']:,.0f} ns of loaded DRAM latency."]
     if centre_est is not None:

@@ -235,3 +235,19 @@ def test_a_deleted_tiers_rows_are_left_out_and_the_rest_is_the_committed_model()
     assert {r["tier"] for r in rows} == {r["tier"] for r in doc["rows"]} - {10}
     moved = lambda r: r["kv_dtype"] == "fp8_e4m3" and r["tier"] in (6, 8)   # noqa: E731
     assert [r for r in rows if not moved(r)] == [r for r in doc["rows"] if r["tier"] != 10 and not moved(r)]
+
+
+def test_the_read_ceiling_is_taken_over_the_measured_gpus_own_spec():
+    # an H100's measured read ceiling over the H200's 4,800 GB/s would carry 0.64 of the spec to
+    # sm_120 where the H100 sustains 0.92 of its own 3,350 (the first H100 model file, 2026-12-05)
+    micro = json.loads((DATA / "rungs" / "micro-h100-20261205T1213.json").read_text())
+    doc = m.document(micro, None, "micro-h100-20261205T1213.json", None)
+    assert doc["assumptions"]["spec_GBps"] == 3350.0
+    assert doc["assumptions"]["dram_fraction"] == pytest.approx(micro["ceilings"]["read_GBps"] / 3350.0)
+    assert doc["assumptions"]["dram_fraction"] > 0.85
+    with pytest.raises(ValueError, match="gpu: 'NVIDIA A100-SXM4-80GB'"):
+        m.document(dict(micro, gpu="NVIDIA A100-SXM4-80GB"), None, "x.json", None)
+    # nor another GPU's read ceiling: the bench beside an H100 micro file must be the H100's
+    bench = json.loads((DATA / "bench-h200-20261205T0244.json").read_text())
+    with pytest.raises(ValueError, match="bench: b.json was measured on 'NVIDIA H200'"):
+        m.document(micro, bench, "m.json", "b.json")

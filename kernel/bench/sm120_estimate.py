@@ -83,6 +83,20 @@ CLOCKS = {
 }
 DEFAULT_CLOCK = "boost"
 H200_SPEC_GBPS = 4800.0    # NVIDIA H200 datasheet, HBM3e
+# datasheet memory bandwidth of each GPU whose microbenchmarks the model may read: the read ceiling
+# measured there over this is the sustained fraction carried over to sm_120. Only the GH100 parts,
+# whose SM (and so H200_CTAS below) is the H200's
+SPEC_GBPS = {"NVIDIA H200": H200_SPEC_GBPS,
+             "NVIDIA H100 80GB HBM3": 3350.0}   # NVIDIA H100 datasheet, H100 SXM: HBM3, 3.35 TB/s
+
+
+def spec_gbps(gpu: str) -> float:
+    """The datasheet bandwidth (GB/s) of `gpu` (a micro file's "gpu", torch's device name)."""
+    if gpu not in SPEC_GBPS:
+        raise ValueError(f"gpu: {gpu!r} has no datasheet bandwidth in sm120_estimate.SPEC_GBPS "
+                         f"(known: {sorted(SPEC_GBPS)}); the sm_120 model reads GH100 microbenchmarks only")
+    return SPEC_GBPS[gpu]
+
 DRAM_LATENCY_NS = 1000.0   # assumed loaded DRAM latency on sm_120 (no published figure found): a
                            # generous one; every bf16 tier keeps >= 36 KB in flight, enough up to ~4 us
 # CTAs per SM on the H200 (verify_common / tier Layouts' MIN_BLOCKS and the occupancy query):
@@ -149,7 +163,8 @@ def _efficiency(eff: dict, tier: int, T: int) -> tuple[float, str]:
 def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: float = DRAM_LATENCY_NS) -> list[dict]:
     """Rows {S, T, H, kv_dtype, tier, clock, ...} (module docstring) for every shape, pool and tier
     the microbench file measured in full and math alone. micro: a microbench doc (rows, ceilings
-    with mma_TFLOPs_8_warps_per_sm, sms, clock_assumed_mhz); read_gbps: the H200 read ceiling."""
+    with mma_TFLOPs_8_warps_per_sm, sms, clock_assumed_mhz, gpu: an H200 where absent); read_gbps:
+    that GPU's read ceiling, over its datasheet bandwidth (spec_gbps) the fraction sm_120 keeps."""
     # a tier measured once and deleted since has no constants here (micro-h200-20261202T1531.json
     # holds tier 10's rows): its rows are left out
     rows_in = [r for r in micro["rows"] if r["tier"] in H200_CTAS]
@@ -160,7 +175,7 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
         raise ValueError("micro: ceilings lack mma_TFLOPs_8_warps_per_sm and mma_TFLOPs")
     r8 = tfl8 * 1e12 / (4096 * sms_h200 * mhz * 1e6)
     eff = mma_efficiency(rows_in, r8)
-    d = read_gbps / H200_SPEC_GBPS
+    d = read_gbps / spec_gbps(micro.get("gpu", "NVIDIA H200"))
     by: dict = {}
     for r in rows_in:   # the first row of a stage: its default options (evict-first for stream)
         if r["stage"] != "parts":
@@ -239,6 +254,9 @@ def lowest(rows: list[dict], clock: str = DEFAULT_CLOCK) -> dict:
 def document(micro: dict, bench: dict | None, micro_name: str, bench_name: str | None) -> dict:
     """The sm120_model file: provenance of the H200 data it reads (gpu, date, commit: the
     microbench file's), what it assumed, and its rows."""
+    if bench and bench.get("gpu", micro.get("gpu")) != micro.get("gpu", bench.get("gpu")):
+        raise ValueError(f"bench: {bench_name} was measured on {bench.get('gpu')!r}, {micro_name} on "
+                         f"{micro.get('gpu')!r}: the read ceiling must be the micro file's GPU's")
     read = (bench or {}).get("ceilings", {}).get("read_GBps") or micro.get("ceilings", {}).get("read_GBps")
     if not read:
         raise ValueError("no read ceiling: neither the bench nor the microbench file has ceilings.read_GBps")
@@ -249,8 +267,8 @@ def document(micro: dict, bench: dict | None, micro_name: str, bench_name: str |
             "inputs": {"micro": micro_name, "bench": bench_name, "read_GBps": read},
             "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "sm120": SM120, "clocks": CLOCKS, "default_clock": DEFAULT_CLOCK,
-            "assumptions": {"h200_spec_GBps": H200_SPEC_GBPS, "dram_latency_ns": DRAM_LATENCY_NS,
-                            "dram_fraction": read / H200_SPEC_GBPS, "h200_ctas_per_sm": H200_CTAS,
+            "assumptions": {"spec_GBps": spec_gbps(micro.get("gpu", "NVIDIA H200")), "dram_latency_ns": DRAM_LATENCY_NS,
+                            "dram_fraction": read / spec_gbps(micro.get("gpu", "NVIDIA H200")), "h200_ctas_per_sm": H200_CTAS,
                             "in_flight_tiles": IN_FLIGHT_TILES},
             "lowest_tier": [{"kv_dtype": k[0], "S": k[1], "T": k[2], "H": k[3], "tier": t}
                             for k, t in sorted(lowest(rows).items())],
