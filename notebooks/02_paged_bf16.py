@@ -616,14 +616,15 @@ else:
 # The kernel is compiled for sm_120 (RTX PRO 6000 Blackwell) in every run, but **it has never
 # run on one**: every measurement on this page is from the GPU named at the top. What follows
 # is a model (`kernel/bench/sm120_estimate.py`, its own file in the data directory): it takes
-# each tier's H200 microbenchmarks and sm_120's published figures and gives a time per layer per
-# tier. Per 16-token tile, the math is the H200's non-matrix clocks (softmax, barriers, loop:
+# each tier's microbenchmarks on a GH100 GPU (the H200 of the committed files; the model file names
+# it) and sm_120's published figures and gives a time per layer per
+# tier. Per 16-token tile, the math is that GPU's non-matrix clocks (softmax, barriers, loop:
 # the same clocks on sm_120) plus the tile's MMAs at sm_120's rate (a quarter of an MMA per clock
-# per SM) divided by the tier's MMA efficiency measured on the H200, at most 1 (sm_120's MMAs never
-# run faster than its full rate, even where the H200's parts credit a tier with more); tiers that run two blocks
-# per SM on the H200 and one on sm_120 (rows32d, the 8- and 16-row tiles) pay their non-matrix
+# per SM) divided by the tier's MMA efficiency measured there, at most 1 (sm_120's MMAs never
+# run faster than its full rate, even where the measured parts credit a tier with more); tiers that run two blocks
+# per SM on GH100 and one on sm_120 (rows32d, the 8- and 16-row tiles) pay their non-matrix
 # clocks twice. The memory part is the KV bytes at sm_120's DRAM bandwidth times the fraction of
-# its spec the H200's memory sustains, slowed only if a tier keeps too few bytes in flight for
+# its spec the measured GPU's memory sustains, slowed only if a tier keeps too few bytes in flight for
 # sm_120. Memory and math are not assumed to overlap, since nothing has measured that on sm_120:
 # the estimate is their sum (plus the merge), and the fully overlapped time is shown beside it as
 # the best case. It says which tier a canary on sm_120 should try first; it proves nothing.
@@ -631,11 +632,12 @@ else:
 # %%
 if est.empty:
     display(Markdown("_No sm_120 model in the data directory (`python -m "
-                     "kernel.bench.sm120_estimate` writes it from the H200 microbenchmark and "
+                     "kernel.bench.sm120_estimate` writes it from a microbenchmark and "
                      "bench files)._"))
 else:
     a = sm120["sm120"]
     clocks = sm120["clocks"]
+    gpu = data.gpu_short(sm120)   # the microbenchmarks' GPU
     names = {"boost": "boost", "max_q": "Max-Q", "max_q_base": "Max-Q base"}
     published = ", ".join(f"{v:,g} {glossary.SM120_ASSUMPTIONS[k]}"
                           if k in glossary.SM120_ASSUMPTIONS else f"{k} = {v}" for k, v in a.items())
@@ -644,7 +646,7 @@ else:
              + (f" and `{bench_in}`" if bench_in else " (written from the micro file alone, before any bench of its run: the read ceiling is the micro file's)")
              + f". Published sm_120 figures: {published}. SM clocks: "
              + ", ".join(f"{names.get(k, k)} {v:g} GHz" for k, v in clocks.items())
-             + f" (sources in the model file; the table: {names.get(sm120['default_clock'])}). Assumed: the {sm120.get('gpu', 'NVIDIA H200')}'s read ceiling over its "
+             + f" (sources in the model file; the table: {names.get(sm120['default_clock'])}). Assumed: the {gpu}'s read ceiling over its "
              # spec_GBps: the measured GPU's datasheet figure; files before 2026-12-05 had the H200's alone
              f"{sm120['assumptions'].get('spec_GBps') or sm120['assumptions']['h200_spec_GBps']:,.0f} GB/s spec "
              f"({sm120['assumptions']['dram_fraction']:.3f}) carries over to sm_120's DRAM, and "
@@ -656,10 +658,10 @@ else:
             f"{data.tier_phrase(centre_est['tier'])}): **estimate {centre_est['sm120_estimate_us']:,.1f} "
             f"us** per layer on sm_120 (model), {centre_est['sm120_overlapped_us']:,.1f} us if memory "
             f"and math overlapped fully, against **{centre_est['h200_us']:,.1f} us measured** on the "
-            f"H200; {centre_est['bound']}-bound on the model (memory {centre_est['sm120_memory_us']:,.1f}, "
+            f"{gpu}; {centre_est['bound']}-bound on the model (memory {centre_est['sm120_memory_us']:,.1f}, "
             f"math {centre_est['sm120_math_us']:,.1f} us); the model's floor there is "
             f"{centre_est['sm120_floor_us']:,.1f} us."
-            + (f" The H200 hid {centre_est['h200_overlap']:.0%} of its shorter part (its stream) at "
+            + (f" The {gpu} hid {centre_est['h200_overlap']:.0%} of its shorter part (its stream) at "
                "this shape: its measured time lies between the two bounds"
                + (", nearer their sum." if centre_est["h200_overlap"] < 0.5 else ".")
                if pd.notna(centre_est.get("h200_overlap")) else ""))
@@ -671,17 +673,17 @@ else:
         if not differ.empty:
             lines.append(
                 f"At {len(differ)} of {len(both)} shapes the model's lowest estimate is a "
-                "different tier from the H200's fastest: "
+                f"different tier from the {gpu}'s fastest: "
                 + "; ".join(f"S = {int(r.S):,}, T = {int(r.T)}: {data.tier_name(r.tier_model)} "
-                            f"on the model, {data.tier_name(r.tier_h200)} measured on the H200"
+                            f"on the model, {data.tier_name(r.tier_h200)} measured on the {gpu}"
                             for r in differ.itertuples())
                 + ". That is a question for a canary on sm_120, not an answer.")
         else:
             lines.append(f"At all {len(both)} shapes the model's lowest estimate is the tier the "
-                         "H200 measured fastest.")
+                         f"{gpu} measured fastest.")
     display(Markdown(" ".join(lines)))
     display(estimate_table(est, "sm_120 ESTIMATE per shape and tier (a model, not a measurement), next "
-                                "to the H200's measured full-kernel time"))
+                                f"to the {gpu}'s measured full-kernel time"))
     by_clock = data.sm120_clocks_frame(sm120)
     shown = by_clock.rename(columns={
         f"{k} {w}": f"{names.get(k, k)} {v:g} GHz, {w}, us" for k, v in clocks.items()
@@ -701,20 +703,20 @@ if not sim.empty:
     pipe = sm120sim["params"]["pipe_cycles"]
     display(Markdown(
         f"**A second model of the math, from sm_120's own machine code** (`kernel/bench/sm120_sim.py`, "
-        f"`{Path(sm120sim['_path']).name}`; a MODEL, not a measurement). The first model adds the H200's "
+        f"`{Path(sm120sim['_path']).name}`; a MODEL, not a measurement). The first model adds the {data.gpu_short(sm120sim)}'s "
         "non-matrix clocks to the MMAs at sm_120's rate, as if none of that work hid under MMAs that take "
-        f"{pipe['120'] / pipe['90']:.1f} times the H200's clocks. The compiler says more: ptxas spaces one warp's MMAs {spacing.get('120')} cycles "
+        f"{pipe['120'] / pipe['90']:.1f} times the {data.gpu_short(sm120sim)}'s clocks. The compiler says more: ptxas spaces one warp's MMAs {spacing.get('120')} cycles "
         f"apart on sm_120 ({spacing.get('90')} on sm_90), which is sm_120's quarter of an MMA per clock and SM over its "
         "four schedulers, so a warp in its MMAs keeps its scheduler's tensor pipe busy by itself while the other "
         "half's warp issues its softmax in the gaps. The issue model (control words, stalls, scoreboards, one "
         "tensor pipe a scheduler) runs rows64d's steady tile on both builds; the sm_90 run's shortfall against "
-        "the H200's measured clocks at each shape is carried over to sm_120 as a ratio and as clocks, the two ends "
+        f"the {data.gpu_short(sm120sim)}'s measured clocks at each shape is carried over to sm_120 as a ratio and as clocks, the two ends "
         f"of a range. At {r['kv_dtype']}, T = {int(r['T'])}: **{r['clk_low']:,.0f}-{r['clk_high']:,.0f} clocks "
         f"per 64-row tile against the first model's {r['first_model_clk_per_tile']:,.0f}** (the MMAs alone: "
         f"{r['sm120_mma_floor_clk_per_tile']:,.0f}), i.e. {r['mma_share_low']:.0%}-{r['mma_share_high']:.0%} of "
         f"sm_120's MMA rate against {r['first_model_mma_share']:.0%}, and {r['sm120_math_us_low']:,.1f}-"
         f"{r['sm120_math_us_high']:,.1f} us of math per call against {r['first_model_math_us']:,.1f}."
-        + (" On both models most of an sm_120 tile is MMA at every shape shown: the non-matrix work the H200 "
+        + (f" On both models most of an sm_120 tile is MMA at every shape shown: the non-matrix work the {data.gpu_short(sm120sim)} "
            "waits on matters less there." if min(sim["mma_share_low"].min(), sim["first_model_mma_share"].min()) > 0.5
            else "")))
     display(figures.table(
@@ -887,10 +889,10 @@ if est8.empty:
 else:
     display(Markdown(
         "**sm_120 ESTIMATE on the fp8 pool (a model, not a measurement):** the model of "
-        "[section 11](#sm120) on the fp8 tiers' own H200 microbenchmarks (clocks per tile, "
+        f"[section 11](#sm120) on the fp8 tiers' own {data.gpu_short(sm120)} microbenchmarks (clocks per tile, "
         "merge), with 576 bytes per prefix row and the fp8 tiers' own bytes in flight."))
     display(estimate_table(est8, "fp8 pool: sm_120 ESTIMATE per shape and fp8 tier (a model, not a "
-                                 "measurement), next to the H200's measured full-kernel time"))
+                                 f"measurement), next to the {data.gpu_short(sm120)}'s measured full-kernel time"))
 
 # %% [markdown]
 # <a id="production-shapes"></a>
@@ -955,14 +957,15 @@ else:
 # than 64-row tiles do, rows64d's fp8 copy does less per padded row
 race = data.fp8_large_tiers(micro, sm120) if micro is not None else pd.DataFrame()
 if not race.empty:
+    g = data.gpu_short(micro)
     display(figures.table(
         race[["T", "query_rows", "rows_small8", "rows_copy", "h200_small8_us", "h200_copy_us", "h200_faster",
               "model_small8_us", "model_copy_us", "model_lower"]].rename(columns={
                   "query_rows": "query rows", "rows_small8": "padded, small8", "rows_copy": "padded, rows64d's copy",
-                  "h200_small8_us": "H200 small8, us", "h200_copy_us": "H200 copy, us", "h200_faster": "faster on the H200",
+                  "h200_small8_us": f"{g} small8, us", "h200_copy_us": f"{g} copy, us", "h200_faster": f"faster on the {g}",
                   "model_small8_us": "sm_120 ESTIMATE small8, us", "model_copy_us": "sm_120 ESTIMATE copy, us",
                   "model_lower": "lower in the model"}),
-        {"H200 small8, us": "{:,.1f}", "H200 copy, us": "{:,.1f}", "sm_120 ESTIMATE small8, us": "{:,.1f}",
+        {f"{g} small8, us": "{:,.1f}", f"{g} copy, us": "{:,.1f}", "sm_120 ESTIMATE small8, us": "{:,.1f}",
          "sm_120 ESTIMATE copy, us": "{:,.1f}"},
         f"The fp8 pool above 32 query rows, H = {int(race['H'].iloc[0])}, S = {int(race['S'].iloc[0]):,}: small8's "
         f"32-row tiles against rows64d's fp8 copy, full kernel (`{Path(micro['_path']).name}`) and the sm_120 "

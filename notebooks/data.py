@@ -561,6 +561,17 @@ SHAPE_KEYS = ("S", "prefix", "T", "H", "layout", "page_size", "batch")
 ROWS64, L2FLUSHED = "flash_rows64", "flash_l2flushed"
 
 
+def gpu_short(doc: dict | None) -> str:
+    """The GPU a measurement or model file's figures come from, without the vendor ("H200"): a CPU
+    model's (sm120_sim: "data_gpu", or its "none: a CPU model on <GPU> data") or the file's "gpu";
+    the H200 where the file does not say (every file before the first H100 run of 2026-12-05)."""
+    doc = doc or {}
+    gpu = str(doc.get("data_gpu") or doc.get("gpu") or "NVIDIA H200")
+    if gpu.startswith("none: a CPU model on ") and gpu.endswith(" data"):
+        gpu = gpu.removeprefix("none: a CPU model on ").removesuffix(" data")
+    return gpu.removeprefix("NVIDIA ")
+
+
 def tier_name(tier) -> str:
     """A tier id as a reader reads it: 'rows64 (64-row tiles)', 'small (8-row tiles)'."""
     t = int(tier)

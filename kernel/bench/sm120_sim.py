@@ -126,6 +126,7 @@ def document(sim: dict, micro: dict, model_doc: dict, names: dict, lib_dir: Path
     the commit whose machine code it simulated, and its rows."""
     prov = {k: micro[k] for k in ("sms", "driver", "cuda", "torch") if k in micro}
     return {**prov, "kind": "sm120_sim", "commit": commit, "gpu": f"none: a CPU model on {micro.get('gpu', '?')} data",
+            "data_gpu": micro.get("gpu"),
             "kernel_source": lib_dir.name.split("-")[0],
             "model": "a model, not a measurement: kernel/bench/sm120_sim.py, issue_model on the sm_90 and "
                      "sm_120 machine code, scaled by the sm_90 run's shortfall against the H200's clocks",

@@ -191,3 +191,13 @@ def test_build_record_tiles_name_the_fp8_copies():
     # the merge's two shapes, chosen at launch
     assert tiles["combine_r32"] == "merge of 32-row tiles"
     assert tiles["combine_r8_few"] == "merge of 8-row tiles, few-CTA shape"
+
+
+def test_gpu_short_names_the_files_gpu_and_the_h200_where_a_file_does_not_say():
+    assert data.gpu_short({"gpu": "NVIDIA H100 80GB HBM3"}) == "H100 80GB HBM3"
+    assert data.gpu_short({"gpu": "NVIDIA H200"}) == "H200"
+    assert data.gpu_short({}) == data.gpu_short(None) == "H200"
+    # a CPU model names the GPU of the data it read
+    assert data.gpu_short({"gpu": "none: a CPU model on NVIDIA H200 data"}) == "H200"
+    assert data.gpu_short({"gpu": "none: a CPU model on NVIDIA H100 80GB HBM3 data",
+                           "data_gpu": "NVIDIA H100 80GB HBM3"}) == "H100 80GB HBM3"
