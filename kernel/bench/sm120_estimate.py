@@ -252,7 +252,7 @@ def lowest(rows: list[dict], clock: str = DEFAULT_CLOCK) -> dict:
 
 
 def document(micro: dict, bench: dict | None, micro_name: str, bench_name: str | None) -> dict:
-    """The sm120_model file: provenance of the H200 data it reads (gpu, date, commit: the
+    """The sm120_model file: provenance of the GH100 data it reads (gpu, date, commit: the
     microbench file's), what it assumed, and its rows."""
     if bench and bench.get("gpu", micro.get("gpu")) != micro.get("gpu", bench.get("gpu")):
         raise ValueError(f"bench: {bench_name} was measured on {bench.get('gpu')!r}, {micro_name} on "
@@ -261,14 +261,15 @@ def document(micro: dict, bench: dict | None, micro_name: str, bench_name: str |
     if not read:
         raise ValueError("no read ceiling: neither the bench nor the microbench file has ceilings.read_GBps")
     rows = model(micro, read)
+    spec = spec_gbps(micro.get("gpu", "NVIDIA H200"))
     prov = {k: micro[k] for k in ("gpu", "sms", "driver", "cuda", "torch", "commit", "date") if k in micro}
     return {**prov, "kind": "sm120_model",
             "model": "a model, not a measurement: kernel/bench/sm120_estimate.py on H200 microbenchmarks",
             "inputs": {"micro": micro_name, "bench": bench_name, "read_GBps": read},
             "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "sm120": SM120, "clocks": CLOCKS, "default_clock": DEFAULT_CLOCK,
-            "assumptions": {"spec_GBps": spec_gbps(micro.get("gpu", "NVIDIA H200")), "dram_latency_ns": DRAM_LATENCY_NS,
-                            "dram_fraction": read / spec_gbps(micro.get("gpu", "NVIDIA H200")), "h200_ctas_per_sm": H200_CTAS,
+            "assumptions": {"spec_GBps": spec, "dram_latency_ns": DRAM_LATENCY_NS,
+                            "dram_fraction": read / spec, "h200_ctas_per_sm": H200_CTAS,
                             "in_flight_tiles": IN_FLIGHT_TILES},
             "lowest_tier": [{"kv_dtype": k[0], "S": k[1], "T": k[2], "H": k[3], "tier": t}
                             for k, t in sorted(lowest(rows).items())],
