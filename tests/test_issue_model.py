@@ -132,6 +132,10 @@ def test_full_runs_the_production_copy_with_its_copies_taken():
         f.write_text(json.dumps({"commit": "abc1234", "kv_dtype": "bfloat16", "rows": rows}))
         assert [r["measured"] for r in cal.measured([f], "full")] == [pytest.approx(1.03)]
         assert [r["measured"] for r in cal.measured([f])] == [pytest.approx(0.9)]
+        # another GPU's file is left out (the model's MMA rate is the H200's); it can be asked for
+        f.write_text(json.dumps({"commit": "abc1234", "kv_dtype": "bfloat16", "gpu": "NVIDIA H100 80GB HBM3", "rows": rows}))
+        assert cal.measured([f]) == []
+        assert [r["measured"] for r in cal.measured([f], gpu="NVIDIA H100 80GB HBM3")] == [pytest.approx(0.9)]
 
 
 def _calibration(mode: str) -> dict:
