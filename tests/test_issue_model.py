@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from kernel.bench import half_paths
 from kernel.bench import issue_model as im
 from kernel.bench import issue_model_calibrate as cal
 
@@ -84,7 +85,7 @@ def test_the_build_runs_no_faster_than_its_pipes_or_either_halfs_own_stalls(lib_
     # 68 a warp and tile; fp8's production loops are unrolled by two (UNROLL_FP8 = 3): two tiles a pass
     tiles = 2 if pool == "fp8" else 1
     assert [sum(x.op.startswith("HMMA") for x in p) for p in paths] == [68 * tiles] * 2
-    assert [im.tiles_a_pass(p) for p in paths] == [tiles] * 2
+    assert [half_paths.tiles_a_pass(p) for p in paths] == [tiles] * 2
     r = im.simulate(paths, {"seeds": 1}, tiles=10, warm=4)
     # 136 HMMAs a scheduler and tile through one tensor pipe; each warp at least its own stall sum a tile
     assert r["cycles_per_tile"] >= 136 * im.PARAMS["hmma_cycles"]

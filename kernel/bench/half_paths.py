@@ -34,7 +34,13 @@ from . import pair_sass, probe_sass
 FUNCTIONS = {"bf16": pair_sass.FUNCTIONS[8],                          # rows64d, the verify kernel (Kind PROD)
              "fp8": "_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2ELi0EEEvNS_6ParamsE"}
 MIN_HMMA = 60                            # a half's loop holds 68 (36 QK + 32 PV a warp)
-HMMA_A_TILE = 68                         # a warp's HMMAs a 64-row tile, both pools
+HMMA_A_TILE = 68                         # a warp's HMMA.16816 a 64-row tile (36 QK + 32 PV), both pools
+
+
+def tiles_a_pass(path) -> int:
+    """Tiles one pass of a loop's path (instructions with .op) covers: 1, or 2 where the loop is
+    unrolled by two (fp8's production since 2026-12-05, UNROLL_FP8)."""
+    return max(round(sum(x.op.startswith("HMMA") for x in path) / HMMA_A_TILE), 1)
 
 
 def is_id_copy(x: probe_sass.Instr) -> bool:
@@ -59,8 +65,7 @@ def steady_path(fn: list[probe_sass.Instr], head: int, back: int, ids: bool = Tr
 
 def _counts(path: list[probe_sass.Instr]) -> dict:
     ops = Counter(y.op.split(".")[0] for y in path)
-    # "tiles": tiles one pass covers, 2 where the loop is unrolled by two (fp8's production, UNROLL_FP8)
-    return {"tiles": max(round(ops["HMMA"] / HMMA_A_TILE), 1), "instructions": len(path), "hmma": ops["HMMA"], "mufu": ops["MUFU"], "ldgsts": ops["LDGSTS"],
+    return {"tiles": tiles_a_pass(path), "instructions": len(path), "hmma": ops["HMMA"], "mufu": ops["MUFU"], "ldgsts": ops["LDGSTS"],
             "id_copies": sum(map(is_id_copy, path)), "lds": ops["LDS"],
             "dummy_lds": sum(y.op.startswith("LDS") and y.pred and not y.regs for y in path),
             "ops": dict(ops.most_common())}

@@ -163,7 +163,7 @@ def simulate(paths: list[list[Op]], params: dict | None = None, tiles: int = 24,
         raise ValueError(f"paths: expected two non-empty loop paths, got {[len(x) for x in paths]}")
     # a loop unrolled by two (-DMLAV_UNROLL) runs two tiles a pass: the other half's path is taken
     # twice so that a pass is the same tiles in both, and the cycles are divided back per tile
-    per = [tiles_a_pass(x) for x in paths]
+    per = [half_paths.tiles_a_pass(x) for x in paths]
     k = max(per)
     if any(k % t for t in per):
         raise ValueError(f"paths: tiles a pass {per}: neither a multiple of the other")
@@ -172,14 +172,6 @@ def simulate(paths: list[list[Op]], params: dict | None = None, tiles: int = 24,
     reasons = [sum((r[1][h] for r in runs), Counter()) for h in range(2)]
     return {"cycles_per_tile": sum(r[0] for r in runs) / len(runs) / k,
             "reasons": [{k2: v / len(runs) / tiles / 4 / k for k2, v in sorted(c.items())} for c in reasons]}
-
-
-HMMA_A_TILE = 68   # a warp's HMMA.16816 a 64-row tile in rows64d (36 QK + 32 PV), both pools
-
-
-def tiles_a_pass(path: list[Op]) -> int:
-    """Tiles one pass of a loop's path covers: 1, or 2 where the loop is unrolled by two."""
-    return max(round(sum(x.op.startswith("HMMA") for x in path) / HMMA_A_TILE), 1)
 
 
 def _run(prog, p, tiles, warm, rng):
@@ -303,7 +295,7 @@ def main(argv=None) -> int:
     paths = loop_paths(probe_sass.sass_of(lib, a.arch), FUNCTIONS[(a.pool, loads)], loads)
     if a.load_use:
         for path in paths:
-            tiles = tiles_a_pass(path)
+            tiles = half_paths.tiles_a_pass(path)
             lu = load_use(path)
             print(f"load_use loop at {path[0].addr:#x} ({tiles} tile(s) a pass): {len(lu) / tiles:.1f} shared loads a tile, "
                   f"{sum(c < 10 for _, c in lu) / tiles:.1f} used within 10 cycles; in order: "
@@ -311,7 +303,7 @@ def main(argv=None) -> int:
     r = simulate(paths)
     print(f"issue_model sm_{a.arch} {a.pool} loads {a.loads}: a model's {r['cycles_per_tile']:.0f} cycles a 64-row tile")
     for path, why in zip(paths, r["reasons"]):
-        print(f"  loop at {path[0].addr:#x} ({tiles_a_pass(path)} tile(s) a pass): {len(path)} instructions, "
+        print(f"  loop at {path[0].addr:#x} ({half_paths.tiles_a_pass(path)} tile(s) a pass): {len(path)} instructions, "
               f"{sum(x.op.startswith('HMMA') for x in path)} HMMA, "
               f"stall sum {sum(max(x.stall, 1) for x in path)}; cycles a warp and tile by state: "
               + ", ".join(f"{k} {v:.0f}" for k, v in why.items()))
