@@ -978,7 +978,7 @@ steps = data.budget_steps(micro) if micro is not None else pd.DataFrame()
 if not steps.empty:
     display(Markdown(
         f"**What one more node costs at a tile's edge** (`{Path(micro['_path']).name}`, the fastest tier at each "
-        f"shape, measured on the {micro.get('gpu', 'GPU named at the top')}): DDTree verifies D = budget + 1 nodes per request, and the large tiers "
+        f"shape, measured on the {data.gpu_short(micro)}): DDTree verifies D = budget + 1 nodes per request, and the large tiers "
         "compute whole 64-row tiles of D x H rows, padding included, so the node past a full tile opens one of "
         "mostly padding: "
         + "; ".join(f"{r.kv_dtype}, H = {r.H}: D = {r.T} ({r.tiles} tiles) {r.us:,.1f} us, D = {r.T_next} "

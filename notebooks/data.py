@@ -857,8 +857,8 @@ def fp8_large_tiers(micro: dict, model: dict | None = None) -> pd.DataFrame:
 
 def budget_steps(micro: dict) -> pd.DataFrame:
     """Where one more verified node per request costs a row tile: each microbench shape (S, T, H) on
-    either pool whose T + 1 the file also times, the fastest tier's full-kernel time at both (H200,
-    measured) and the 64-row tiles each fills. DDTree verifies D = budget + 1 nodes, so a budget
+    either pool whose T + 1 the file also times, the fastest tier's full-kernel time at both (measured,
+    on the file's GPU) and the 64-row tiles each fills. DDTree verifies D = budget + 1 nodes, so a budget
     whose D x H is a multiple of 64 fills its tiles and one more node opens a tile of mostly padding.
     Empty when no such pair is in the file."""
     out = []
