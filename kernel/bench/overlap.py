@@ -194,6 +194,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # and with half 1's loop unrolled: measured on an H100, 2026-12-05 (commit 5627f80, two runs,
     # rungs/overlap-h100-20261205T1208-ids-half0-run{1,2}.json, bit-equal): +1.8 to +2.4 % / +0.1 to
     # +0.8 % at T = 8, +6.3 to +6.9 % / +4.6 to +4.7 % at T = 32, the loads alone +12 %; deleted)
+    # rows64d's tail CTAs (a row tile ending within half 0) computing their padding rows, the
+    # production before (tail_off), and with half 0 on one m-tile too where <= 16 rows (tail_m16):
+    # time them where tails exist, e.g. --t 8,17,33 (DDTree's D = 8 k + 1 leaves 8 rows in the last tile)
+    "tail_off": (("MLAV_TAIL=0",), (8,)),
+    "tail_m16": (("MLAV_TAIL=2",), (8,)),
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
@@ -221,11 +226,20 @@ def variant_lib(name: str):
     return build.load((arch,), defines=VARIANTS[name][0])
 
 
-def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None) -> dict:
+def shapes_of(kv: str, ts=None, tiers=None) -> tuple:
+    """(T, tiers) pairs to time: the pool's SHAPES, or each draft length of `ts` at `tiers` (default
+    rows64d, tier 8)."""
+    if ts is None:
+        return SHAPES[kv]
+    return tuple((T, tuple(tiers or (8,))) for T in ts)
+
+
+def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, ts=None) -> dict:
     ws = get_workspace("cuda")
+    shapes = shapes_of(kv, ts, tiers)
     mhz = sm_clock_mhz()["sm_max"] or 1980.0
     libs = {"production": build.load()}
-    timed = {t for _, ts in SHAPES[kv] for t in ts if tiers is None or t in tiers}
+    timed = {t for _, st in shapes for t in st if tiers is None or t in tiers}
     for name, (_, vtiers) in VARIANTS.items():
         if timed & set(vtiers) and (variants is None or name in variants):
             libs[name] = variant_lib(name)
@@ -234,7 +248,7 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None) 
     vtiers = {b: (libs[b], [t for t in VARIANTS[b][1] if t in timed]) for b in libs if b != "production"}
 
     def shape_cases():   # one 185k case at a time: each pool holds 213 MB of KV
-        for T, _ in SHAPES[kv]:
+        for T, _ in shapes:
             yield f"S={S} T={T} H={H}", shape_case(S, T, H, kv)[0]
 
     same = []
@@ -252,7 +266,7 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None) 
     for b in differs:
         del libs[b]
     rows = []
-    for T, shape_tiers in SHAPES[kv]:
+    for T, shape_tiers in shapes:
         shape_tiers = [t for t in shape_tiers if tiers is None or t in tiers]
         if not shape_tiers:
             continue
@@ -318,8 +332,19 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default=None,
                     help="comma-separated diagnostic builds of VARIANTS to time beside production "
                          "(default: every one whose tiers are timed; '' for none)")
+    ap.add_argument("--t", default="", metavar="T,T",
+                    help="comma-separated draft lengths to time instead of the pool's shapes, each at --tiers "
+                         "(default tier 8), e.g. 8,17,33 for the tails of DDTree's D = 8 k + 1")
     add_commit_arg(ap)
     a = ap.parse_args(argv)
+    try:
+        ts = [int(t) for t in a.t.split(",") if t] or None
+    except ValueError:
+        print(f"error: --t: expected comma-separated integers, got {a.t!r}", file=sys.stderr)
+        return 2
+    if ts and min(ts) < 1:
+        print(f"error: --t: {min(ts)} draft tokens (at least 1)", file=sys.stderr)
+        return 2
     if a.once is not None and a.once not in TIERS:
         print(f"error: --once: tier {a.once} is not one of {sorted(TIERS)}", file=sys.stderr)
         return 2
@@ -352,7 +377,7 @@ def main(argv=None) -> int:
         once(a.once, a.once_t, a.once_variant)
         return 0
     info = env_info(a.commit or git_commit())
-    doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2"), variants))
+    doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2"), variants, ts))
     path = write_json(a.out, "overlap" if a.kv == "auto" else "overlap-fp8", doc)
     log(f"wrote {path}")
     print("\n".join(table(doc)))
