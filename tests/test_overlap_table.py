@@ -72,3 +72,16 @@ def test_fp8_unrolled_production_beat_its_rolled_before_in_every_run():
         assert all(c["equal"] for c in doc["same_output"] if c["build"] == "fp8_rolled")
         assert _full(doc, 32, "production") < 0.975 * _full(doc, 32, "fp8_rolled")
         assert abs(_full(doc, 8, "production") / _full(doc, 8, "fp8_rolled") - 1) < 0.01
+
+
+def test_t_times_the_given_draft_lengths_at_the_given_tiers():
+    assert overlap.shapes_of("auto") == overlap.SHAPES["auto"]
+    assert overlap.shapes_of("auto", [8, 17, 33]) == ((8, (8,)), (17, (8,)), (33, (8,)))
+    assert overlap.shapes_of("fp8_e4m3", [17], [8, 4]) == ((17, (8, 4)),)
+
+
+def test_a_bad_t_is_named_before_any_gpu(capsys):
+    assert overlap.main(["--out", "x", "--t", "8,x"]) == 2
+    assert "--t: expected comma-separated integers, got '8,x'" in capsys.readouterr().err
+    assert overlap.main(["--out", "x", "--t", "0,8"]) == 2
+    assert "--t: 0 draft tokens" in capsys.readouterr().err

@@ -194,11 +194,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # and with half 1's loop unrolled: measured on an H100, 2026-12-05 (commit 5627f80, two runs,
     # rungs/overlap-h100-20261205T1208-ids-half0-run{1,2}.json, bit-equal): +1.8 to +2.4 % / +0.1 to
     # +0.8 % at T = 8, +6.3 to +6.9 % / +4.6 to +4.7 % at T = 32, the loads alone +12 %; deleted)
-    # rows64d's tail CTAs (a row tile ending within half 0) computing their padding rows, the
-    # production before (tail_off), and with half 0 on one m-tile too where <= 16 rows (tail_m16):
-    # time them where tails exist, e.g. --t 8,17,33 (DDTree's D = 8 k + 1 leaves 8 rows in the last tile)
-    "tail_off": (("MLAV_TAIL=0",), (8,)),
-    "tail_m16": (("MLAV_TAIL=2",), (8,)),
+    # (rows64d's tail CTAs, a row tile ending within half 0, with half 1 idle (-DMLAV_TAIL=1, then
+    # production) against computing its padding rows (tail_off) and with half 0 on one m-tile too
+    # (tail_m16): measured on an H100 at T = 8, 17, 33 (commit 98f7366, three runs,
+    # rungs/overlap*-h100-20261205T14{39,40}-tail-*.json, bit-equal): no gain at T = 17 or 33, where every
+    # row tile of a split reads the same KV range, so a faster tail CTA only idles its SM; production
+    # +0.7 to +1.6 % from the changed machine code; deleted)
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),

@@ -165,23 +165,6 @@ constexpr int UNROLL_FP8 = MLAV_UNROLL;
 constexpr int UNROLL_FP8 = 3;
 #endif
 
-// rows64d: a CTA whose row tile ends within half 0 (the request's last row tile holding <= 32 rows:
-// DDTree's D = 8 k + 1 at 8 heads leaves 8 there) runs half 1 without its math: top(j)'s barrier,
-// slot ids and commits only, so its rows, which no one stores, cost no MMAs, softmax or named
-// barriers, and half 0 has the schedulers to itself. -DMLAV_TAIL=0: half 1 computes its padding
-// rows, the production before (diagnostic builds)
-// TAIL_M16: a tail CTA holding <= 16 rows also runs half 0 on its first m-tile alone (the MMAs of
-// m-tile 1 left out of QK and PV, in a second copy of the body that the verify and math-alone
-// kernels branch to after the plan; its rows' S stay 0, finite, and are never stored). Not
-// production: with the second copy in the kernel, bf16 half 0's loop in the first grew from 285 to
-// 295 sm_90 instructions a tile (kernel/bench/half_paths.py).
-// -DMLAV_TAIL: 0 neither, 1 half 1 idle alone (production), 2 both (diagnostic builds)
-#ifdef MLAV_TAIL
-constexpr bool TAIL_IDLE = MLAV_TAIL >= 1, TAIL_M16 = MLAV_TAIL >= 2;
-#else
-constexpr bool TAIL_IDLE = true, TAIL_M16 = false;
-#endif
-
 template <int HALVES, bool FP8 = false>
 struct Layout {
   static constexpr int BM = 32 * HALVES;               // query rows per CTA
@@ -240,11 +223,8 @@ constexpr bool FIX_LOADS = true, FIX_MATH_EVICT_BF16 = true;
 #endif
 constexpr bool FIX_MATH_EVICT_FP8 = false;
 
-// the body past the plan; MT: the m-tiles a half computes (2; 1 in a tail CTA, TAIL_M16). Its m-tile
-// loops keep the bound 2 and skip m >= MT: with MT as the bound nvcc left bf16 PV's column loop
-// rolled in the MT = 1 copy, acc in 544 bytes of local memory
-template <int HALVES, int KIND, bool FP8, int MT>
-__device__ __forceinline__ void rowsd_main(const Params& p) {
+template <int HALVES, int KIND, bool FP8>
+__device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool FIXED = KIND == PROD || KIND == MATH_ALONE;
   constexpr bool FIX_ME = FIXED && (FP8 ? FIX_MATH_EVICT_FP8 : FIX_MATH_EVICT_BF16);
   using Lo = Layout<HALVES, FP8>;
@@ -257,6 +237,14 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
   // 98.2 against 98.5 us)
   constexpr int H0_LAG = KIND == PARTS ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
   extern __shared__ __align__(128) uint8_t smem[];
+  {
+    Item item;
+    if (!plan_item<BM, THREADS>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
+    // the item's fields are read from shared memory where used, not held in registers through
+    // the loop (at 255 registers every live value counts)
+    if (threadIdx.x == 0) *reinterpret_cast<Item*>(smem + Lo::OFF_ITEM) = item;
+    __syncthreads();
+  }
   const Item& it = *reinterpret_cast<const Item*>(smem + Lo::OFF_ITEM);
 
   // (not const: with FRESH_IDS each half's loop forms them again, fresh_ids below)
@@ -541,9 +529,9 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
           const uint32_t x0 = e4m3x2_to_f16x2(cb[0]), x1 = e4m3x2_hi_to_f16x2(cb[0]);
           const uint32_t y0 = e4m3x2_to_f16x2(cb[1]), y1 = e4m3x2_hi_to_f16x2(cb[1]);
           mma16816<true>(s[0][0], qa[kk][0], x0, x1);
-          if (MT > 1) mma16816<true>(s[1][0], qa[kk][1], x0, x1);
+          mma16816<true>(s[1][0], qa[kk][1], x0, x1);
           mma16816<true>(s[0][1], qa[kk][0], y0, y1);
-          if (MT > 1) mma16816<true>(s[1][1], qa[kk][1], y0, y1);
+          mma16816<true>(s[1][1], qa[kk][1], y0, y1);
         }
       } else {   // draft rows: bf16 from k_extend and q reloaded as bf16, in the same dim order
         // (a rare tile, so the fewest live registers: every address is formed in the k-step from
@@ -559,7 +547,6 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
           if (pos0 + 8 < it.p1) y = __ldg(reinterpret_cast<const uint2*>(p.kext + (long long)(it.qo0 + pos0 + 8 - it.S) * p.ext_stride + c));
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
-            if (m >= MT) continue;
             // rows g and g + 8 of m-tile m; a row past the request reads the tile's row 0
             // (finite, and never stored)
             const int ra = r * 32 + m * 16 + g, rb = ra + 8;
@@ -590,9 +577,9 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
         }
         const uint32_t* cb = b[kk & 1];
         mma16816(s[0][0], qa[kk][0], cb[0], cb[1]);
-        if (MT > 1) mma16816(s[1][0], qa[kk][1], cb[0], cb[1]);
+        mma16816(s[1][0], qa[kk][1], cb[0], cb[1]);
         mma16816(s[0][1], qa[kk][0], cb[2], cb[3]);
-        if (MT > 1) mma16816(s[1][1], qa[kk][1], cb[2], cb[3]);
+        mma16816(s[1][1], qa[kk][1], cb[2], cb[3]);
       }
     }
   };
@@ -711,7 +698,6 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
     if ((f.x | f.y | f.z | f.w) != 0) {                   // uniform across the half
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        if (m >= MT) continue;
         const float a0 = alpha_s[pb * BM + r * 32 + m * 16 + g], a1 = alpha_s[pb * BM + r * 32 + m * 16 + g + 8];
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
@@ -723,7 +709,6 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
     uint32_t pa[2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
-      if (m >= MT) continue;
       const uint4 t = ps[((pb * HALVES + r) * 2 + m) * 32 + lane];
       pa[m][0] = t.x; pa[m][1] = t.y; pa[m][2] = t.z; pa[m][3] = t.w;
     }
@@ -747,7 +732,6 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
           const uint32_t o0 = e4m3x2_hi_to_f16x2(x), o1 = e4m3x2_hi_to_f16x2(y);
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
-            if (m >= MT) continue;
             mma16816<true>(acc[m][2 * c], pa[m], e0, e1);
             mma16816<true>(acc[m][2 * c + 1], pa[m], o0, o1);
           }
@@ -775,7 +759,6 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
             const uint32_t o0 = __byte_perm(x[0], x[1], 0x7632), o1 = __byte_perm(x[2], x[3], 0x7632);
 #pragma unroll
             for (int m = 0; m < 2; ++m) {
-              if (m >= MT) continue;
               mma16816(acc[m][2 * (2 * q + h)], pa[m], e0, e1);
               mma16816(acc[m][2 * (2 * q + h) + 1], pa[m], o0, o1);
             }
@@ -799,7 +782,6 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
         const uint32_t* cb = b[n2 & 1];
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-          if (m >= MT) continue;
           mma16816(acc[m][2 * n2], pa[m], cb[0], cb[1]);
           mma16816(acc[m][2 * n2 + 1], pa[m], cb[2], cb[3]);
         }
@@ -959,23 +941,8 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
     }
     if (COPY_AT) cp_async_commit();
   };
-  // idle_tag (std::true_type): half 1 of a tail CTA, its tile steps without the math (TAIL_IDLE)
-  auto step1x = [&](int j, auto draft_tag, auto idle_tag) {
-    constexpr bool IDLE = decltype(idle_tag)::value;
+  auto step1 = [&](int j, auto draft_tag) {
     top(j);
-    if constexpr (IDLE) {   // the copies half 1 issues in this build, if any, as below
-      if constexpr (COPY_AT == 1 && HALVES == 2 && !SPLIT) {
-        if (loads) copy_tile(j + AH);
-      }
-      if constexpr (COPY_AT == 2 && HALVES == 2) {
-        if (!SPLIT && loads && !decltype(draft_tag)::value) {
-          const CopyShare sh = copy_share(j + AH);
-          for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
-        }
-      }
-      if (COPY_AT) cp_async_commit();
-      return;
-    }
     if constexpr (H1_LAG != 0) {
       if constexpr (!decltype(draft_tag)::value) {   // (fp8's draft tiles: as below)
         // j >= 1 (tile 0 runs before the loop). Every warp of the half loads xs(j - 1) at k-step 0,
@@ -1019,10 +986,6 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
     }
     if (COPY_AT) cp_async_commit();
   };
-  auto step1 = [&](int j, auto draft_tag) { step1x(j, draft_tag, std::false_type()); };
-  auto step1_idle = [&](int j, auto draft_tag) { step1x(j, draft_tag, std::true_type()); };
-  // half 1 holds none of the CTA's rows (read where needed: no register held through the loops)
-  auto half1_idle = [&]() { return TAIL_IDLE && HALVES == 2 && it.rt * BM + 32 >= it.T * p.H; };
   // fp8 runs the steps in two loops, the prefix tiles' and the draft tiles' (draft_tag): Q's f16
   // fragments are dead in the second, which frees the registers its bf16 QK needs
   // Lo::UNROLL_MASK: the prefix tiles' loop of half h unrolled by two where bit h is set
@@ -1071,9 +1034,6 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
   } else if (HALVES == 1 || r == 0) {
     if constexpr (FRESH) fresh_ids(0);
     run(step0, 0, std::integral_constant<int, 0>());
-  } else if (half1_idle()) {
-    if constexpr (FRESH) fresh_ids(1);
-    run(step1_idle, 0, std::integral_constant<int, 1>());
   } else if constexpr (H1_LAG != 0) {
     if constexpr (FRESH) fresh_ids(1);
     if (n_tiles > 0) {                                    // tile 0: nothing to multiply yet
@@ -1090,7 +1050,7 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
     run(step1, 0, std::integral_constant<int, 1>());
   }
   if constexpr (FRESH) fresh_ids(-1);
-  if (HALVES == 2 && r == 1 && n_tiles > 0 && !half1_idle()) {   // half 1's last tile
+  if (HALVES == 2 && r == 1 && n_tiles > 0) {             // half 1's last tile
     half_bar();
     if (do_sm) softmax(n_tiles - 1);
     half_bar();
@@ -1173,29 +1133,6 @@ __device__ __forceinline__ void rowsd_main(const Params& p) {
   }
   __syncthreads();
   store_tile<BM, OSTRIDE, THREADS>(p, it, osm, lse_s, rows, row_base, grow0, tid);
-}
-
-// the plan, then the body: a tail CTA of <= 16 rows takes the copy with one m-tile (TAIL_M16)
-template <int HALVES, int KIND, bool FP8>
-__device__ __forceinline__ void rowsd_body(const Params& p) {
-  using Lo = Layout<HALVES, FP8>;
-  extern __shared__ __align__(128) uint8_t smem[];
-  {
-    Item item;
-    if (!plan_item<Lo::BM, Lo::THREADS>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
-    // the item's fields are read from shared memory where used, not held in registers through
-    // the loop (at 255 registers every live value counts)
-    if (threadIdx.x == 0) *reinterpret_cast<Item*>(smem + Lo::OFF_ITEM) = item;
-    __syncthreads();
-  }
-  if constexpr (TAIL_M16 && HALVES == 2 && (KIND == PROD || KIND == MATH_ALONE)) {
-    const Item& it = *reinterpret_cast<const Item*>(smem + Lo::OFF_ITEM);
-    if (it.T * p.H - it.rt * Lo::BM <= 16) {
-      rowsd_main<HALVES, KIND, FP8, 1>(p);
-      return;
-    }
-  }
-  rowsd_main<HALVES, KIND, FP8, 2>(p);
 }
 
 template <int HALVES, int KIND>
