@@ -210,3 +210,14 @@ def test_breakdown_at_a_layer_count_no_group_serves_uses_a_flash_server_of_its_o
     assert b["timed"][1]["tok_s"] > 0 and Path(b["server_log"]).name.startswith("breakdown-L4-flash-")
     assert not (root / "rollout-state" / "pids" / "breakdown-L4.json").exists()
     assert not any(port_open(p) for p in [*ports, own])
+
+
+def test_the_result_file_names_the_card_the_servers_ran_on():
+    from types import SimpleNamespace
+
+    from kernel.sglang.real_server.job import Context
+    real, emulated = SimpleNamespace(emulate=None), SimpleNamespace(emulate=100.0)
+    assert Context.gpu_kind(real, "NVIDIA H100 80GB HBM3") == "h100"
+    assert Context.gpu_kind(real, "NVIDIA H200") == "h200"
+    assert Context.gpu_kind(real, "unknown") == "gpu"
+    assert Context.gpu_kind(emulated, "none: rollout.emulator stands in for SGLang") == "emulated"

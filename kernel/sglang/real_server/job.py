@@ -409,12 +409,23 @@ class Context:
         return (f"real-server-{what}" + ("-dflash" if self.algorithm == "DFLASH" else "")
                 + ("-fp8" if self.kv_cache_dtype == "fp8_e4m3" else "") + f"-{self.stamp}")
 
+    def gpu_kind(self, gpu: str) -> str:
+        """The file name's word for where the servers ran: emulated, or the card ("NVIDIA H100 80GB
+        HBM3" -> h100; the name said h200 on every GPU until 2026-12-05), "gpu" before setup probed it."""
+        if self.emulate is not None:
+            return "emulated"
+        if not gpu or gpu == "unknown":
+            return "gpu"
+        from ...bench.env import gpu_word   # (torch, which the emulated job never needs)
+        return gpu_word(gpu)
+
     def write_out(self) -> None:
         if self.out is None:
             return
         self.out.mkdir(parents=True, exist_ok=True)
-        kind = "emulated" if self.emulate is not None else "h200"
-        (self.out / f"{self.file_stem(kind)}.json").write_text(json.dumps(self.merged(), indent=1, default=str))
+        merged = self.merged()
+        (self.out / f"{self.file_stem(self.gpu_kind(merged['gpu']))}.json").write_text(
+            json.dumps(merged, indent=1, default=str))
         from .steps import copy_rollout_results
         copy_rollout_results(self.paths.rollout_results, self.out / "rollout", since=self.wall0)
         self.write_logs_archive(self.out / f"{self.file_stem('logs')}.tar.xz")
