@@ -85,3 +85,15 @@ def test_a_bad_t_is_named_before_any_gpu(capsys):
     assert "--t: expected comma-separated integers, got '8,x'" in capsys.readouterr().err
     assert overlap.main(["--out", "x", "--t", "0,8"]) == 2
     assert "--t: 0 draft tokens" in capsys.readouterr().err
+
+
+def test_tail_ctas_with_half_1_idle_gained_nothing_where_tails_exist():
+    # the rung behind overlap's deleted tail builds (kernel/NOTES.md, 2026-12-05 fourteenth session):
+    # three H100 runs at commit 98f7366, where production ran half 1 idle in tail CTAs; outputs equal
+    # to the build that computes the padding rows (tail_off), and no faster than it at T = 17 or 33
+    runs = [json.loads(p.read_text()) for p in sorted(RUNGS.glob("overlap-h100-20261205T14*-tail-run*.json"))]
+    assert len(runs) == 3
+    for doc in runs:
+        assert doc["commit"] == "98f7366" and all(c["equal"] for c in doc["same_output"])
+        for T in (17, 33):
+            assert _full(doc, T, "production") > 0.99 * _full(doc, T, "tail_off")
