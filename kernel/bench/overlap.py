@@ -17,6 +17,7 @@ cost is inside the SM (the copies' issue and shared-memory writes against QK's l
     python -m kernel.bench.overlap --out DIR          # JSON overlap-<gpu>-<stamp>.json, a table last
     python -m kernel.bench.overlap --kv fp8_e4m3 --out DIR   # the same on SGLang's fp8 pool (its tiers)
     python -m kernel.bench.overlap --tiers 8 --dram-only --variants copy_in_qk --out DIR   # one rung's builds
+    python -m kernel.bench.overlap --kv fp8_e4m3 --tiers 8,4 --t 16,17 --out DIR   # other draft lengths
     python -m kernel.bench.overlap --once 9           # two centre calls of tier 9 (full, no loads), for ncu
     python -m kernel.bench.overlap --once 8 --once-t 32   # the same at T = 32
 """
