@@ -200,7 +200,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # (tail_m16): measured on an H100 at T = 8, 17, 33 (commit 98f7366, three runs,
     # rungs/overlap*-h100-20261205T14{39,40}-tail-*.json, bit-equal): no gain at T = 17 or 33, where every
     # row tile of a split reads the same KV range, so a faster tail CTA only idles its SM; production
-    # +0.7 to +1.6 % from the changed machine code; deleted)
+    # +0.6 to +1.6 % from the changed machine code; deleted)
 }
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
