@@ -701,22 +701,23 @@ if not sim.empty:
     pick = sim[(sim["kv_dtype"] == "bfloat16") & (sim["T"] == 16)]
     r = (pick if not pick.empty else sim).iloc[0]
     pipe = sm120sim["params"]["pipe_cycles"]
+    sim_gpu = data.gpu_short(sm120sim)   # the GPU whose microbenchmarks the model read
     display(Markdown(
         f"**A second model of the math, from sm_120's own machine code** (`kernel/bench/sm120_sim.py`, "
-        f"`{Path(sm120sim['_path']).name}`; a MODEL, not a measurement). The first model adds the {data.gpu_short(sm120sim)}'s "
+        f"`{Path(sm120sim['_path']).name}`; a MODEL, not a measurement). The first model adds the {sim_gpu}'s "
         "non-matrix clocks to the MMAs at sm_120's rate, as if none of that work hid under MMAs that take "
-        f"{pipe['120'] / pipe['90']:.1f} times the {data.gpu_short(sm120sim)}'s clocks. The compiler says more: ptxas spaces one warp's MMAs {spacing.get('120')} cycles "
+        f"{pipe['120'] / pipe['90']:.1f} times the {sim_gpu}'s clocks. The compiler says more: ptxas spaces one warp's MMAs {spacing.get('120')} cycles "
         f"apart on sm_120 ({spacing.get('90')} on sm_90), which is sm_120's quarter of an MMA per clock and SM over its "
         "four schedulers, so a warp in its MMAs keeps its scheduler's tensor pipe busy by itself while the other "
         "half's warp issues its softmax in the gaps. The issue model (control words, stalls, scoreboards, one "
         "tensor pipe a scheduler) runs rows64d's steady tile on both builds; the sm_90 run's shortfall against "
-        f"the {data.gpu_short(sm120sim)}'s measured clocks at each shape is carried over to sm_120 as a ratio and as clocks, the two ends "
+        f"the {sim_gpu}'s measured clocks at each shape is carried over to sm_120 as a ratio and as clocks, the two ends "
         f"of a range. At {r['kv_dtype']}, T = {int(r['T'])}: **{r['clk_low']:,.0f}-{r['clk_high']:,.0f} clocks "
         f"per 64-row tile against the first model's {r['first_model_clk_per_tile']:,.0f}** (the MMAs alone: "
         f"{r['sm120_mma_floor_clk_per_tile']:,.0f}), i.e. {r['mma_share_low']:.0%}-{r['mma_share_high']:.0%} of "
         f"sm_120's MMA rate against {r['first_model_mma_share']:.0%}, and {r['sm120_math_us_low']:,.1f}-"
         f"{r['sm120_math_us_high']:,.1f} us of math per call against {r['first_model_math_us']:,.1f}."
-        + (f" On both models most of an sm_120 tile is MMA at every shape shown: the non-matrix work the {data.gpu_short(sm120sim)} "
+        + (f" On both models most of an sm_120 tile is MMA at every shape shown: the non-matrix work the {sim_gpu} "
            "waits on matters less there." if min(sim["mma_share_low"].min(), sim["first_model_mma_share"].min()) > 0.5
            else "")))
     display(figures.table(
