@@ -16,7 +16,16 @@ def test_edge_batches_cover_tile_and_pair_edges_and_a_split():
     # a prefix long enough that the KV splits (more than one 128-token chunk a request)
     assert max(prefixes) >= 1000
     for batch, drafts in sanitize_tiers.EDGE_BATCHES:
-        assert len(batch) == len(drafts) and all(1 <= t <= 8 for t in drafts)
+        assert len(batch) == len(drafts) and all(1 <= t <= 17 for t in drafts)
+
+
+def test_edge_batches_reach_rows64d_tail_row_tiles():
+    # a request of two or more 64-row tiles whose last holds <= 32 rows at 8 heads (plan_item's
+    # tail, on longer splits of its own when its prefix splits): D = 17 leaves 8, D = 12 leaves 32
+    tails = [(S, T) for batch, drafts in sanitize_tiers.EDGE_BATCHES for S, T in zip(batch, drafts)
+             if T * 8 > 64 and T * 8 - (T * 8 - 1) // 64 * 64 <= 32]
+    assert {T for _, T in tails} >= {17, 12}
+    assert any(S >= 1000 for S, T in tails if T == 17)      # split, so the tail's own splits are used
 
 
 @pytest.mark.parametrize("argv, name", [(["--out", "x", "--pools", "int4"], "--pools"),

@@ -30,6 +30,27 @@ def test_tiles_per_cta_is_the_device_schedule():
     assert micro_tiles is tiles_per_cta                        # the microbenchmarks use the same one
 
 
+def test_tail_row_tiles_take_longer_splits():
+    # DDTree's D = 17 at 8 heads: 136 rows, two full 64-row tiles and a tail of 8. With equal splits
+    # (tail_q 4) the 3 row tiles take 43 splits each (129 items for 132 CTAs) of 269 tiles; with the
+    # tail counted at 3 / 4 (tier_rowsd.cuh's TAIL_Q) the full tiles take 47 of 247 tiles and the
+    # tail 36 of 4 / 3 the length (130 items)
+    assert tiles_per_cta([185000], 17, 8, 64, 132, 4) == 269
+    assert tiles_per_cta([185000], 17, 8, 64, 132, 3) == 247
+    # no tail where the last row tile is full (T = 16) or holds more than half (T = 13: 64 + 40)
+    for T in (8, 16, 13):
+        assert tiles_per_cta([185000], T, 8, 64, 132, 3) == tiles_per_cta([185000], T, 8, 64, 132, 4)
+    # nor where the request has one row tile (T = 4 forced onto rows64d: every CTA holds 32 rows)
+    assert tiles_per_cta([185000], 4, 8, 64, 132, 3) == tiles_per_cta([185000], 4, 8, 64, 132, 4)
+    assert m.tail_q_of(8) == m.TAIL_Q and m.tail_q_of(6) == m.tail_q_of(0) == 4
+
+
+def test_tail_q_mirrors_the_kernel_source():
+    src = (Path(__file__).resolve().parent.parent / "kernel" / "csrc" / "tier_rowsd.cuh").read_text()
+    got = re.search(r"#else\nconstexpr int TAIL_Q = (\d+);", src)
+    assert got and int(got.group(1)) == m.TAIL_Q
+
+
 def _micro(stream_frac_8=0.78, stream_us_8=64.3):
     """The H200's centre point (micro-h200-20261201T2000.json, rounded): rows64d (8) and rows32d
     (6) with their parts, stream alone, math alone and full kernel."""

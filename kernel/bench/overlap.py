@@ -35,7 +35,7 @@ from .env import add_commit_arg, env_info, git_commit, write_json
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
 from .same_output import compare
 from .sanitize_tiers import cases as edge_cases
-from .sm120_estimate import tiles_per_cta
+from .sm120_estimate import tail_q_of, tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
 
@@ -201,12 +201,30 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # rungs/overlap*-h100-20261205T14{39,40}-tail-*.json, bit-equal): no gain at T = 17 or 33, where every
     # row tile of a split reads the same KV range, so a faster tail CTA only idles its SM; production
     # +0.6 to +1.6 % from the changed machine code; deleted)
+    # rows64d's tail CTAs (tier_rowsd.cuh, TAIL; production: half 1 idle and the tail row tile's
+    # own, longer splits): tail_off computes the padding rows on equal splits (the production
+    # before), tail_equal leaves half 1 idle on equal splits (the fourteenth session's production)
+    "tail_off": (("MLAV_TAIL=0",), (8,)),
+    "tail_equal": (("MLAV_TAIL=1",), (8,)),
 }
+# builds whose split boundaries differ from production's where a request has a tail row tile, so
+# that their merge rounds differently: held to production's output within REL_TOL (relative
+# 2-norm, o and lse) and no unwritten output, instead of bit for bit
+SPLITS_DIFFER = {"tail_off", "tail_equal"}
+REL_TOL = 1e-2
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
           FP8_KV: ((1, (1,)), (8, (8, 6, 4)), (16, (8, 4)), (32, (8, 4)))}
 ROW_BYTES = {"auto": checks.ROW_BYTES, FP8_KV: checks.FP8_ROW_BYTES}   # a pool row
 S, H = 185000, 8
+
+
+def same_enough(build_name: str, row: dict) -> bool:
+    """A same_output row passes: bit-equal, or (SPLITS_DIFFER) within REL_TOL with every output
+    written."""
+    if row["equal"]:
+        return True
+    return build_name in SPLITS_DIFFER and row["nan"] == row["nan_production"] == 0 and row["rel_err"] <= REL_TOL
 
 
 def l2_window_rows(kv: str = "auto") -> int:
@@ -245,8 +263,8 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
     for name, (_, vtiers) in VARIANTS.items():
         if timed & set(vtiers) and (variants is None or name in variants):
             libs[name] = variant_lib(name)
-    # a variant that does not write production's output, bit for bit, on the loaders' edge cases
-    # and at every timed shape is not timed (same_output.py)
+    # a variant that does not write production's output, bit for bit (SPLITS_DIFFER: within
+    # REL_TOL), on the loaders' edge cases and at every timed shape is not timed (same_output.py)
     vtiers = {b: (libs[b], [t for t in VARIANTS[b][1] if t in timed]) for b in libs if b != "production"}
 
     def shape_cases():   # one 185k case at a time: each pool holds 213 MB of KV
@@ -260,8 +278,10 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
     differs = set()
     for b in vtiers:
         mine = [c for c in same if c["build"] == b]
-        bad = [c for c in mine if not c["equal"]]
+        bad = [c for c in mine if not same_enough(b, c)]
+        near = sum(1 for c in mine if not c["equal"] and same_enough(b, c))
         log(f"overlap: {b}: {len(mine) - len(bad)} of {len(mine)} calls equal to production's output"
+            + (f" ({near} within {REL_TOL:g}, worst {max(c['rel_err'] for c in mine):.2e})" if near else "")
             + (f"; NOT TIMED, differs at {[(c['case'], c['tier']) for c in bad][:4]}" if bad else ""))
         if bad:
             differs.add(b)
@@ -275,7 +295,7 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
         case, o, lse = shape_case(S, T, H, kv)
         builds = [(b, t) for t in shape_tiers for b in libs if b == "production" or t in VARIANTS[b][1]]
         for b, tier in builds:
-            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas)
+            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, 4 if b in SPLITS_DIFFER else tail_q_of(tier))
             for placement in placements:
                 args = _args(case, placement, kv)
                 modes = list(MODES.items()) + ([NOISE_MODE] if tier in NOISE_TIERS and placement == "dram" else [])

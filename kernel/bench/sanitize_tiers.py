@@ -34,13 +34,15 @@ from .validate import run_checked
 
 # prefix lengths around 16-token tiles and 32-token pairs (a pair whose second tile is empty,
 # a last tile with one row), draft lengths 1-8 so 8 heads give 8-64 rows, one long prefix so
-# the KV splits and some split ends mid-pair
+# the KV splits and some split ends mid-pair; and rows64d's tail row tiles (D = 17: 8 rows past two
+# full 64-row tiles, on their own longer splits; D = 12: 32 rows, on one split)
 EDGE_BATCHES = (
     ([0, 1, 15, 16], [1, 8, 3, 8]),
     ([17, 31, 32, 33], [8, 2, 8, 5]),
     ([47, 63, 64, 65], [8, 8, 1, 7]),
     ([3000], [8]),
     ([1000, 5], [8, 8]),
+    ([3000, 40], [17, 12]),
 )
 TOL = 1e-2
 

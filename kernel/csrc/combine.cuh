@@ -7,7 +7,7 @@
 // own before any O: one more round of L2 latency and two barriers.) Requests of few rows
 // (tiers of 8 and 16 rows: T = 1, 2) have few merge CTAs for their many splits, so their rows
 // take 8 slices of 64 columns, others 4 of 128. Rows of requests with a single split were written by the
-// main kernel.
+// main kernel, as were those of a tail row tile with one split (rows64d's tail splits: plan_item).
 #pragma once
 #include "verify_common.cuh"
 
@@ -58,10 +58,19 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   MLAV_TRACE_AT(TRACE_MERGE, 1);
   const int b = req;
   if (b < 0) return;
-  const int ns = p.table[4 * b + 0], nrt = p.table[4 * b + 1], base = p.table[4 * b + 2];
-  if (ns <= 1) return;
+  const int ns_full = p.table[4 * b + 0], nrt = p.table[4 * b + 1], base = p.table[4 * b + 2];
+  const int t3 = p.table[4 * b + 3];
+  const int ns_t = t3 < 0 ? -t3 : 0;        // the tail row tile's splits (plan_item's TAIL_Q), or 0
+  if (ns_full <= 1) return;
   const int local = (int)((n - qo_start) * p.H + row % p.H);
   const int rt = local / BMR, ri = local % BMR;
+  // slots: split s of full row tile rt at base + s * nf + rt, then the tail's ns_t at base + nf * ns
+  const int nf = nrt - (ns_t > 0);
+  const bool tail = rt >= nf;
+  const int ns = tail ? ns_t : ns_full;
+  if (ns <= 1) return;                      // the verify kernel wrote this row tile's output
+  const long long first = tail ? base + (long long)nf * ns_full : base + rt;
+  const int stride = tail ? 1 : nf;
   const int g = warp * (32 / C::LPS) + lane / C::LPS;   // this thread's split group
   const int ch = lane % C::LPS;                          // its 16-byte chunk of the slice
   const int col = slice * C::COLS + ch * 8;
@@ -74,7 +83,7 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
 #pragma unroll
     for (int u = 0; u < C::UNR; ++u) {
       const int s = s0 + u * C::GROUPS;
-      const long long slot = (base + (long long)s * nrt + rt) * BMR + ri;
+      const long long slot = (first + (long long)s * stride) * BMR + ri;
       l[u] = s < ns ? p.part_lse[slot] : -INFINITY;
       raw[u] = s < ns ? *reinterpret_cast<const uint4*>(p.part_o + slot * DV + col) : make_uint4(0u, 0u, 0u, 0u);
     }

@@ -165,6 +165,28 @@ constexpr int UNROLL_FP8 = MLAV_UNROLL;
 constexpr int UNROLL_FP8 = 3;
 #endif
 
+// rows64d's tail CTAs: DDTree verifies D = budget + 1 nodes, so at 8 heads a request's last row
+// tile often holds <= 32 rows (D = 17: 8). Such a CTA runs half 1 without its math (top(j)'s
+// barrier, slot ids, copies and commits only: its rows are past the request and never stored),
+// and the plan gives that row tile fewer, longer splits than the full ones (plan_item's TAIL_Q),
+// so that its CTAs, cheaper by a third a tile, end with the full ones instead of idling their SMs
+// (with equal splits half 1's idling gained nothing: kernel/NOTES.md, fourteenth session).
+// -DMLAV_TAIL=0: neither (the production before, diagnostic builds); 1: half 1 idle with equal
+// splits (diagnostic); 2: both (production). TAIL_Q: a tail CTA's cost a tile in quarters of a full
+// one's, which sets its splits' length (plan_item); measured: 0.67 of the math alone with half 1
+// idle (8-32 rows, rungs/overlap-h100-20261205T1552-tail-cost-*.json), taken as 3 / 4, so that a
+// tail CTA slower than measured still ends near the full ones
+#ifdef MLAV_TAIL
+constexpr int TAIL = MLAV_TAIL;
+#else
+constexpr int TAIL = 2;
+#endif
+#ifdef MLAV_TAIL_Q
+constexpr int TAIL_Q = MLAV_TAIL_Q;
+#else
+constexpr int TAIL_Q = 3;
+#endif
+
 template <int HALVES, bool FP8 = false>
 struct Layout {
   static constexpr int BM = 32 * HALVES;               // query rows per CTA
@@ -239,7 +261,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
-    if (!plan_item<BM, THREADS>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
+    if (!plan_item<BM, THREADS, (HALVES == 2 && TAIL >= 2) ? TAIL_Q : 4>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
     // the item's fields are read from shared memory where used, not held in registers through
     // the loop (at 255 registers every live value counts)
     if (threadIdx.x == 0) *reinterpret_cast<Item*>(smem + Lo::OFF_ITEM) = item;
@@ -941,8 +963,22 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     if (COPY_AT) cp_async_commit();
   };
-  auto step1 = [&](int j, auto draft_tag) {
+  // idle_tag (std::true_type): half 1 of a tail CTA, its tile steps without the math (TAIL)
+  auto step1x = [&](int j, auto draft_tag, auto idle_tag) {
     top(j);
+    if constexpr (decltype(idle_tag)::value) {   // the copies half 1 issues in this build, if any
+      if constexpr (COPY_AT == 1 && HALVES == 2 && !SPLIT) {
+        if (loads) copy_tile(j + AH);
+      }
+      if constexpr (COPY_AT == 2 && HALVES == 2) {
+        if (!SPLIT && loads && !decltype(draft_tag)::value) {
+          const CopyShare sh = copy_share(j + AH);
+          for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
+        }
+      }
+      if (COPY_AT) cp_async_commit();
+      return;
+    }
     if constexpr (H1_LAG != 0) {
       if constexpr (!decltype(draft_tag)::value) {   // (fp8's draft tiles: as below)
         // j >= 1 (tile 0 runs before the loop). Every warp of the half loads xs(j - 1) at k-step 0,
@@ -986,6 +1022,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     if (COPY_AT) cp_async_commit();
   };
+  auto step1 = [&](int j, auto draft_tag) { step1x(j, draft_tag, std::false_type()); };
+  auto step1_idle = [&](int j, auto draft_tag) { step1x(j, draft_tag, std::true_type()); };
+  // half 1 holds none of the CTA's rows (read where needed: no register held through the loops)
+  auto half1_idle = [&]() { return TAIL >= 1 && HALVES == 2 && it.rt * BM + 32 >= it.T * p.H; };
   // fp8 runs the steps in two loops, the prefix tiles' and the draft tiles' (draft_tag): Q's f16
   // fragments are dead in the second, which frees the registers its bf16 QK needs
   // Lo::UNROLL_MASK: the prefix tiles' loop of half h unrolled by two where bit h is set
@@ -1034,6 +1074,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   } else if (HALVES == 1 || r == 0) {
     if constexpr (FRESH) fresh_ids(0);
     run(step0, 0, std::integral_constant<int, 0>());
+  } else if (half1_idle()) {
+    if constexpr (FRESH) fresh_ids(1);
+    run(step1_idle, 0, std::integral_constant<int, 1>());
   } else if constexpr (H1_LAG != 0) {
     if constexpr (FRESH) fresh_ids(1);
     if (n_tiles > 0) {                                    // tile 0: nothing to multiply yet
@@ -1050,7 +1093,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     run(step1, 0, std::integral_constant<int, 1>());
   }
   if constexpr (FRESH) fresh_ids(-1);
-  if (HALVES == 2 && r == 1 && n_tiles > 0) {             // half 1's last tile
+  if (HALVES == 2 && r == 1 && n_tiles > 0 && !half1_idle()) {   // half 1's last tile
     half_bar();
     if (do_sm) softmax(n_tiles - 1);
     half_bar();

@@ -93,7 +93,7 @@ struct Params {
   float scale_log2;              // sm_scale * log2(e)
   __nv_bfloat16* o;              // [N, H, 512]
   float* lse;                    // [N, H] or null
-  int* table;                    // [bs][4]: ns, nrt, part_base, chunk (written by CTA 0)
+  int* table;                    // [bs][4]: ns, nrt, part_base, chunk or -(tail splits) (written by CTA 0)
   float* part_lse;               // [part_cap][rows per tile] (log2 units)
   __nv_bfloat16* part_o;         // [part_cap][rows per tile][512], normalised partial O
   int part_cap;
@@ -256,8 +256,18 @@ struct Item {
 // them all at once; passes 2 and 3 find them in L1), the item's mask offset (its finder only:
 // loading it in pass 1 cost rows32d_fp8 12 bytes of spills on sm_120), three CTA barriers,
 // 32-bit divisions wherever the values fit.
-template <int BMR, int THREADS = NTHREADS>
+// TAIL_Q < 4 (rows64d, whose tail CTAs leave half 1 idle: tier_rowsd.cuh's TAIL): a request of
+// two or more row tiles whose last holds at most BMR / 2 rows gives that row tile splits 4 / TAIL_Q
+// times as long as its full row tiles' (ns_t of them, after its ns x (nrt - 1) full items; their
+// partial slots follow the full ones', and the table's fourth int is -ns_t for the merge), so that
+// a tail CTA, which costs about TAIL_Q / 4 of a full one a tile, ends with them; the work that sets
+// the chunk counts the tail at that weight. TAIL_Q = 4: every row tile alike, and the code of
+// before (the tail's parts stand in `if constexpr` blocks beside the statements they replace, so
+// that the other tiers compile to the same machine code; a `constexpr bool` local naming TAIL_Q < 4,
+// though unused by them, changed sm_80-90's code of every tier, so there is none).
+template <int BMR, int THREADS = NTHREADS, int TAIL_Q = 4>
 __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
+  static_assert(TAIL_Q >= 1 && TAIL_Q <= 4, "plan_item: TAIL_Q is a tail split's cost in quarters");
   constexpr int W = THREADS / 32;
   static_assert(W <= 8, "plan_item's scratch holds 8 warps");
   MLAV_TRACE_AT(TRACE_VERIFY, 0);
@@ -278,6 +288,10 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     return r;
   };
   auto row_tiles = [&](const Req& r) { return (int)(((long long)r.T * p.H + BMR - 1) / BMR); };
+  // 1 where the request's last row tile is a tail (with TAIL_Q < 4), else 0
+  auto tail_of = [&](const Req& r, int nrt) {
+    return nrt >= 2 && (long long)r.T * p.H - (long long)(nrt - 1) * BMR <= BMR / 2 ? 1 : 0;
+  };
   if (tid == 0) found[0] = -1;
   // pass 1: total work and row tiles, one barrier
   long long work = 0;
@@ -285,7 +299,10 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   for (int b = b0; b < b1; ++b) {
     const Req r = load_req(b);
     const int nrt = row_tiles(r);
-    work += (long long)nrt * (r.S + r.T);
+    if constexpr (TAIL_Q < 4)   // in quarters of a full row tile's work
+      work += (long long)(4 * nrt - (4 - TAIL_Q) * tail_of(r, nrt)) * (r.S + r.T);
+    else
+      work += (long long)nrt * (r.S + r.T);
     nrt_sum += nrt;
   }
 #pragma unroll
@@ -302,17 +319,30 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   // at (target - U) items keeps the whole schedule within one wave
   long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U)
                                         : (1LL << 40);   // more row tiles than CTAs: one split each
+  if constexpr (TAIL_Q < 4) {   // total is in quarters
+    if (U < p.target_ctas) chunk64 = (total + 4 * (p.target_ctas - U) - 1) / (4 * (p.target_ctas - U));
+  }
   if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
   // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
   // per-request divisions 32-bit
   const unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
   auto splits = [&](const Req& r, int nrt) { return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0; };
+  // TAIL_Q < 4: the tail row tile's chunk, 4 / TAIL_Q times the full ones', rounded up to BN; its splits;
+  // a request's items, ns x (nrt - tail) full ones, then ns_t of the tail
+  const unsigned chunk_t = (unsigned)(min(((long long)chunk * 4 + TAIL_Q - 1) / TAIL_Q, 1LL << 31) + BN - 1) / BN * BN;
+  auto splits_t = [&](const Req& r, int nrt) { return tail_of(r, nrt) ? (int)(((unsigned)(r.S + r.T) + chunk_t - 1) / chunk_t) : 0; };
+  auto items_t = [&](const Req& r, int nrt, int ns) { return (nrt - tail_of(r, nrt)) * ns + splits_t(r, nrt); };
   // pass 2: items and partial slots per request, one packed exclusive scan, one barrier
   long long packed = 0;                        // items << 32 | parts; each stays below 2^31
   for (int b = b0; b < b1; ++b) {
     const Req r = load_req(b);
     const int nrt = row_tiles(r), ns = splits(r, nrt);
-    packed += ((long long)(nrt * ns) << 32) | (unsigned)(ns > 1 ? nrt * ns : 0);
+    if constexpr (TAIL_Q < 4) {
+      const int n_items = items_t(r, nrt, ns);
+      packed += ((long long)n_items << 32) | (unsigned)(ns > 1 ? n_items : 0);
+    } else {
+      packed += ((long long)(nrt * ns) << 32) | (unsigned)(ns > 1 ? nrt * ns : 0);
+    }
   }
   long long incl = packed;
 #pragma unroll
@@ -332,19 +362,29 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     const Req r = load_req(b);
     const int L = r.S + r.T, nrt = row_tiles(r), ns = splits(r, nrt);
     const int chunk_b = ns ? (int)(((unsigned)L + ns - 1) / ns + BN - 1) / BN * BN : 0;
+    const int ns_t = TAIL_Q < 4 ? splits_t(r, nrt) : 0;
     if (blockIdx.x == 0) {
       p.table[4 * b + 0] = ns;
       p.table[4 * b + 1] = nrt;
       p.table[4 * b + 2] = ns > 1 ? part_excl : -1;
-      p.table[4 * b + 3] = chunk_b;
+      p.table[4 * b + 3] = ns_t > 0 ? -ns_t : chunk_b;   // the chunk: read by no one
     }
-    const int n_items = nrt * ns;
+    const int n_items = TAIL_Q < 4 ? items_t(r, nrt, ns) : nrt * ns;
     if (me >= item_excl && me < item_excl + n_items) {
       const int local = me - item_excl;
-      const int split = local / nrt, rt = local - split * nrt;
-      found[0] = b; found[1] = rt; found[2] = split; found[3] = ns; found[4] = nrt;
-      found[5] = split * chunk_b;
-      int p1 = min(L, (split + 1) * chunk_b);
+      int split = local / nrt, rt = local - split * nrt, ns_i = ns, chunk_i = chunk_b;
+      if constexpr (TAIL_Q < 4) {   // a full row tile's item, or the tail row tile's (its own splits)
+        const int nf = nrt - (ns_t > 0);
+        if (local >= nf * ns) {
+          split = local - nf * ns; rt = nrt - 1; ns_i = ns_t;
+          chunk_i = (int)(((unsigned)L + ns_t - 1) / ns_t + BN - 1) / BN * BN;
+        } else {
+          split = local / nf; rt = local - split * nf;
+        }
+      }
+      found[0] = b; found[1] = rt; found[2] = split; found[3] = ns_i; found[4] = nrt;
+      found[5] = split * chunk_i;
+      int p1 = min(L, (split + 1) * chunk_i);
       if (!p.mask) {
         // a causal chain: no row of this tile sees a key past its last token's own, so the item
         // stops there (a causal EXTEND of T new tokens walks its draft block's lower triangle,
@@ -355,7 +395,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
       }
       found[6] = p1;
       found[7] = r.S; found[8] = r.T; found[9] = (int)r.qo0;
-      found[10] = ns > 1 ? part_excl + local : -1;
+      found[10] = ns_i > 1 ? part_excl + local : -1;
       reinterpret_cast<long long*>(found + 12)[0] = r.kv0;   // 8-byte aligned (smem_i + 52)
       reinterpret_cast<long long*>(found + 12)[1] = p.mask ? ld_index(p.mask_indptr, p.mask_indptr_64, b) : 0;
     }
