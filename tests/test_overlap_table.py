@@ -97,3 +97,18 @@ def test_tail_ctas_with_half_1_idle_gained_nothing_where_tails_exist():
         assert doc["commit"] == "98f7366" and all(c["equal"] for c in doc["same_output"])
         for T in (17, 33):
             assert _full(doc, T, "production") > 0.99 * _full(doc, T, "tail_off")
+
+
+def test_a_bad_rounds_is_named_before_any_gpu(capsys):
+    assert overlap.main(["--out", "x", "--rounds", "0"]) == 2
+    assert "--rounds: 0" in capsys.readouterr().err
+
+
+def test_builds_whose_splits_differ_are_held_to_a_tolerance_and_the_rest_to_the_bit():
+    row = {"equal": False, "rel_err": 2e-3, "nan": 0, "nan_production": 0}
+    assert "tail_off" in overlap.SPLITS_DIFFER and "unroll2" not in overlap.SPLITS_DIFFER
+    assert overlap.same_enough("tail_off", row)
+    assert not overlap.same_enough("unroll2", row)                          # bit for bit, or not timed
+    assert not overlap.same_enough("tail_off", dict(row, rel_err=2e-2))     # past REL_TOL
+    assert not overlap.same_enough("tail_off", dict(row, nan=3))            # unwritten outputs
+    assert overlap.same_enough("unroll2", dict(row, equal=True))

@@ -107,8 +107,10 @@ def per_cta(verify: list[list[int]]) -> list[list[float]]:
     return [[c] + [round((r[k] - t0) / 1e3, 3) for k in (0, 2, 3, 4)] for c, r in v if r[2]]
 
 
-def run() -> dict:
-    lib = build.load(("90",), DEFINES)
+def run(cases=CASES, defines=()) -> dict:
+    """Trace `cases` ((S, T, H, pool) at pick_tier's tier) on the MLAV_TRACE build, with `defines`
+    of a diagnostic variant beside MLAV_TRACE."""
+    lib = build.load(("90",), DEFINES + tuple(defines))
     dims = (ctypes.c_int * 2)()
     err = lib.mla_verify_trace(None, 1, dims)
     if err:
@@ -118,7 +120,7 @@ def run() -> dict:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ws = torch.empty(lib.mla_verify_workspace_bytes(sms, 64), dtype=torch.uint8, device="cuda")
     rows = []
-    for S, T, H, kv in CASES:
+    for S, T, H, kv in cases:
         pool = KV_DTYPE_NAMES[kv]
         tier = pick_tier(H, T, 1, T, kv_fp8=kv == FP8_KV)
         case, o, lse = shape_case(S, T, H, kv)
@@ -151,4 +153,4 @@ def run() -> dict:
                       if (k.endswith("_us") and k != "graph_us") or k == "start_store_corr"))
         del case, o, lse, g
         torch.cuda.empty_cache()
-    return {"kind": "trace", "defines": list(DEFINES), "rows": rows}
+    return {"kind": "trace", "defines": list(DEFINES + tuple(defines)), "rows": rows}
