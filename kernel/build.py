@@ -117,16 +117,18 @@ _KINDS = {0: "", 1: "_diag", 2: "_math", 3: "_modes"}
 
 def _variant(mangled: str) -> str:
     """A readable name for one instantiation: 'rows64', 'small_nt4', 'rows64d', 'rows32d_diag', 'rows64d_math',
-    'rows64d_pair', 'small_nt1_fp8', 'small_nt1_math_fp8', 'rows64d_fp8', 'rows64d_math_fp8', 'combine_r32', 'combine_r32_few', ..."""
+    'rows64d_pair', 'small_nt1_fp8', 'small_nt1_math_fp8', 'rows64d_fp8', 'rows64d_math_fp8', 'rows64d_tail',
+    'rows64d_math_fp8_tail', 'combine_r32', 'combine_r32_few', ..."""
     args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
     if "mla_verify_kernel_small8" in mangled and args:   # the small tier's fp8 copy, <NT, KIND> (<NT> before the kinds)
         return f"small_nt{args[0]}" + _KINDS[args[1] if len(args) > 1 else 0] + "_fp8"
     if "mla_verify_kernel_small" in mangled and args:
         return f"small_nt{args[0]}"
+    tail = "_tail" if "Lb1E" in mangled else ""   # rowsd's <HALVES, KIND, TL>: the tail kernels
     if "mla_verify_kernel_rowsd_fp8" in mangled and args:   # <HALVES, KIND> (<HALVES> before the kinds)
-        return f"rows{32 * args[0]}d" + _KINDS[args[1] if len(args) > 1 else 0] + "_fp8"
+        return f"rows{32 * args[0]}d" + _KINDS[args[1] if len(args) > 1 else 0] + "_fp8" + tail
     if "mla_verify_kernel_rowsd" in mangled and len(args) >= 2:   # <HALVES, KIND>
-        return f"rows{32 * args[0]}d" + _KINDS[args[1]]
+        return f"rows{32 * args[0]}d" + _KINDS[args[1]] + tail
     if "mla_verify_kernel_rows64d_pair" in mangled and args:   # <DIAG>
         return "rows64d_pair" + ("_diag" if args[0] else "")
     if "mla_verify_kernel_rows64" in mangled:

@@ -927,8 +927,10 @@ def _variant_tier(variant: str) -> str:
     """The build record's variant name as a tile: small_nt4 -> small (32-row tiles), rows64,
     rows64d, rows32d_diag -> rows32d (32-row tiles), diagnostic copy, rows64d_fp8 -> rows64d
     (64-row tiles), fp8 copy, combine_r32 -> merge of 32-row tiles, combine_r32_few -> merge of
-    32-row tiles, few-CTA shape."""
+    32-row tiles, few-CTA shape; rows64d_tail -> rows64d (64-row tiles), tail kernel."""
     variant = _readable_variant(variant)
+    if variant.endswith("_tail"):   # rows64d's tail kernels (tier_rowsd.cuh, TL)
+        return _variant_tier(variant[:-5]) + ", tail kernel"
     if variant.endswith("_fp8"):   # the fp8_e4m3 pool's copy of a tier (kernel/FP8.md)
         return _variant_tier(variant[:-4]) + ", fp8 copy"
     m = re.fullmatch(r"small_nt(\d+)(_math|_modes)?", variant)

@@ -137,6 +137,10 @@ def test_ptxas_report_parser():
     assert build._variant("_ZN4mlav18mla_verify_combineILi32ELb0EEEvNS_6ParamsE") == "combine_r32"
     assert build._variant("_ZN4mlav8rowspair30mla_verify_kernel_rows64d_pairILi1EEEvNS_6ParamsE") == "rows64d_pair_diag"
     assert build._variant("_ZN4mlav18mla_verify_combineILi8ELb1EEEvNS_6ParamsE") == "combine_r8_few"
+    # rows64d's tail kernels, <HALVES, KIND, TL = true>
+    assert build._variant("_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi0ELb1EEEvNS_6ParamsE") == "rows64d_tail"
+    assert build._variant("_ZN4mlav5rowsd27mla_verify_kernel_rowsd_fp8ILi2ELi2ELb1EEEvNS_6ParamsE") == "rows64d_math_fp8_tail"
+    assert build._variant("_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi0ELb0EEEvNS_6ParamsE") == "rows64d"
 
 
 def test_every_tier_is_compiled_for_every_arch(lib_dir):

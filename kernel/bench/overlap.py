@@ -202,9 +202,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # rungs/overlap*-h100-20261205T14{39,40}-tail-*.json, bit-equal): no gain at T = 17 or 33, where every
     # row tile of a split reads the same KV range, so a faster tail CTA only idles its SM; production
     # +0.6 to +1.6 % from the changed machine code; deleted)
-    # rows64d's tail CTAs (tier_rowsd.cuh, TAIL; production: half 1 idle and the tail row tile's
-    # own, longer splits): tail_off computes the padding rows on equal splits (the production
-    # before), tail_equal leaves half 1 idle on equal splits (the fourteenth session's production)
+    # rows64d's tail kernels (tier_rowsd.cuh, TAIL; production: taken where the shape ends in a tail,
+    # with half 1 idle in tail CTAs and the tail row tile on its own, longer splits): tail_off never
+    # takes them (the production before: equal splits, padding rows computed), tail_equal takes them
+    # with equal splits (half 1 idle alone, the fourteenth session's production)
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
 }

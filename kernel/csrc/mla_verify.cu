@@ -111,23 +111,34 @@ cudaError_t launch_combine(const Params& p, long long rows, cudaStream_t st, boo
 // The mode bits pick the body's copy (tier_rowsd.cuh, Kind): on bf16 the per-part bits PARTS, else
 // copy_kind's; on fp8 loads off the math alone, else the verify kernel, which reads no-math and
 // plain-cache itself (the per-part bits time bf16 only and are ignored on fp8).
+// rows64d's tail kernels (tier_rowsd.cuh, TAIL) where every request's rows end in a tail as far as
+// the launch's static shape says (num_tokens / bs tokens each: DDTree's padded D); a ragged batch
+// runs the others, which are correct for any shape. Graph-safe: num_tokens and bs are a graph's own.
 template <int HALVES, bool FP8>
 cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int dev, bool parts) {
   using Lo = rowsd::Layout<HALVES, FP8>;
-  static bool done[4][64] = {};
-  static int occ[4][64] = {};
+  static bool done[6][64] = {};
+  static int occ[6][64] = {};
   const int kind = FP8 ? (p.mode & MODE_NO_LOADS ? MATH_ALONE : PROD) : parts ? PARTS : copy_kind(p.mode);
+  const bool tails = HALVES == 2 && rowsd::TAIL >= 1 && (kind == PROD || kind == MATH_ALONE) && bs > 0 &&
+                     num_tokens % bs == 0 && tail_rows((long long)(num_tokens / bs) * p.H);
   using K = void (*)(const Params);
-  const K kernels[4] = {
+  K kernels[6] = {
       FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, PROD> : rowsd::mla_verify_kernel_rowsd<HALVES, PROD>,
       FP8 ? nullptr : rowsd::mla_verify_kernel_rowsd<HALVES, PARTS>,
       FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<HALVES, MATH_ALONE> : rowsd::mla_verify_kernel_rowsd<HALVES, MATH_ALONE>,
-      FP8 ? nullptr : rowsd::mla_verify_kernel_rowsd<HALVES, ANY_MODE>};
-  const K kernel = kernels[kind];
-  cudaError_t err = allow_smem(kernel, Lo::SMEM, dev, done[kind]);
+      FP8 ? nullptr : rowsd::mla_verify_kernel_rowsd<HALVES, ANY_MODE>, nullptr, nullptr};
+  if constexpr (HALVES == 2) {   // (rows32d has no tails: none instantiated)
+    kernels[4] = FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<2, PROD, true> : rowsd::mla_verify_kernel_rowsd<2, PROD, true>;
+    kernels[5] = FP8 ? rowsd::mla_verify_kernel_rowsd_fp8<2, MATH_ALONE, true>
+                     : rowsd::mla_verify_kernel_rowsd<2, MATH_ALONE, true>;
+  }
+  const int slot = tails ? (kind == PROD ? 4 : 5) : kind;
+  const K kernel = kernels[slot];
+  cudaError_t err = allow_smem(kernel, Lo::SMEM, dev, done[slot]);
   if (err != cudaSuccess) return err;
   if (HALVES == 1) {
-    const int per_sm = blocks_per_sm(kernel, Lo::SMEM, dev, occ[kind], Lo::THREADS);
+    const int per_sm = blocks_per_sm(kernel, Lo::SMEM, dev, occ[slot], Lo::THREADS);
     p.target_ctas *= per_sm < CAP_MULT / 2 ? per_sm : CAP_MULT / 2;
     p.part_cap = 2 * p.target_ctas;
   }

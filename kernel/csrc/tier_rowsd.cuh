@@ -166,13 +166,16 @@ constexpr int UNROLL_FP8 = 3;
 #endif
 
 // rows64d's tail CTAs: DDTree verifies D = budget + 1 nodes, so at 8 heads a request's last row
-// tile often holds <= 32 rows (D = 17: 8). Such a CTA runs half 1 without its math (top(j)'s
-// barrier, slot ids, copies and commits only: its rows are past the request and never stored),
-// and the plan gives that row tile fewer, longer splits than the full ones (plan_item's TAIL_Q),
-// so that its CTAs, cheaper by a third a tile, end with the full ones instead of idling their SMs
-// (with equal splits half 1's idling gained nothing: kernel/NOTES.md, fourteenth session).
-// -DMLAV_TAIL=0: neither (the production before, diagnostic builds); 1: half 1 idle with equal
-// splits (diagnostic); 2: both (production). TAIL_Q: a tail CTA's cost a tile in quarters of a full
+// tile often holds <= 32 rows (D = 17: 8). In the kernels of TL = true, such a CTA runs half 1
+// without its math (top(j)'s barrier, slot ids, copies and commits only: its rows are past the
+// request and never stored), and the plan gives that row tile fewer, longer splits than the full
+// ones (plan_item's TAIL_Q), so that its CTAs, cheaper by a third a tile, end with the full ones
+// instead of idling their SMs (with equal splits half 1's idling gained nothing: kernel/NOTES.md,
+// fourteenth session). The launcher takes them where the launch's static shape has a tail
+// (tail_rows: every request of num_tokens / bs tokens); every other launch runs the kernels of
+// TL = false, the code of before, since the tail's plan cost the shapes without one 0.3-1.4 %.
+// -DMLAV_TAIL=0: the launcher never takes them (the production before, diagnostic builds); 1: it
+// does, with equal splits (half 1 idle alone, diagnostic); 2: both (production). TAIL_Q: a tail CTA's cost a tile in quarters of a full
 // one's, which sets its splits' length (plan_item); measured: 0.67 of the math alone with half 1
 // idle (8-32 rows, rungs/overlap-h100-20261205T1552-tail-cost-*.json), taken as 3 / 4, so that a
 // tail CTA slower than measured still ends near the full ones
@@ -245,7 +248,7 @@ constexpr bool FIX_LOADS = true, FIX_MATH_EVICT_BF16 = true;
 #endif
 constexpr bool FIX_MATH_EVICT_FP8 = false;
 
-template <int HALVES, int KIND, bool FP8>
+template <int HALVES, int KIND, bool FP8, bool TL>
 __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool FIXED = KIND == PROD || KIND == MATH_ALONE;
   constexpr bool FIX_ME = FIXED && (FP8 ? FIX_MATH_EVICT_FP8 : FIX_MATH_EVICT_BF16);
@@ -261,7 +264,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
-    if (!plan_item<BM, THREADS, (HALVES == 2 && TAIL >= 2) ? TAIL_Q : 4>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
+    if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? TAIL_Q : 4>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
     // the item's fields are read from shared memory where used, not held in registers through
     // the loop (at 255 registers every live value counts)
     if (threadIdx.x == 0) *reinterpret_cast<Item*>(smem + Lo::OFF_ITEM) = item;
@@ -1025,7 +1028,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto step1 = [&](int j, auto draft_tag) { step1x(j, draft_tag, std::false_type()); };
   auto step1_idle = [&](int j, auto draft_tag) { step1x(j, draft_tag, std::true_type()); };
   // half 1 holds none of the CTA's rows (read where needed: no register held through the loops)
-  auto half1_idle = [&]() { return TAIL >= 1 && HALVES == 2 && it.rt * BM + 32 >= it.T * p.H; };
+  auto half1_idle = [&]() { return TL && HALVES == 2 && it.rt * BM + 32 >= it.T * p.H; };
   // fp8 runs the steps in two loops, the prefix tiles' and the draft tiles' (draft_tag): Q's f16
   // fragments are dead in the second, which frees the registers its bf16 QK needs
   // Lo::UNROLL_MASK: the prefix tiles' loop of half h unrolled by two where bit h is set
@@ -1178,15 +1181,16 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   store_tile<BM, OSTRIDE, THREADS>(p, it, osm, lse_s, rows, row_base, grow0, tid);
 }
 
-template <int HALVES, int KIND>
+// TL: the tail kernels (TAIL above); the launcher picks them
+template <int HALVES, int KIND, bool TL = false>
 __global__ void __launch_bounds__(Layout<HALVES>::THREADS, Layout<HALVES>::MIN_BLOCKS)
 mla_verify_kernel_rowsd(const Params p) {
-  rowsd_body<HALVES, KIND, false>(p);
+  rowsd_body<HALVES, KIND, false, TL>(p);
 }
-template <int HALVES, int KIND>
+template <int HALVES, int KIND, bool TL = false>
 __global__ void __launch_bounds__(Layout<HALVES>::THREADS, Layout<HALVES>::MIN_BLOCKS)
 mla_verify_kernel_rowsd_fp8(const Params p) {
-  rowsd_body<HALVES, KIND, true>(p);
+  rowsd_body<HALVES, KIND, true, TL>(p);
 }
 
 }  // namespace rowsd

@@ -439,6 +439,12 @@ __device__ __forceinline__ void store_tile(const Params& p, const Item& it, cons
   MLAV_TRACE_AT(TRACE_VERIFY, 4);
 }
 
+// A request of `rows` query rows ends in a tail for rows64d (64-row tiles): two or more row tiles,
+// the last holding at most 32 (half 0's); plan_item's TAIL_Q and tier_rowsd.cuh's TL kernels
+__host__ __device__ inline bool tail_rows(long long rows) {
+  return rows > 64 && rows % 64 != 0 && rows % 64 <= 32;
+}
+
 // Upper bound on the items of a launch: at most target + sum_b nrt_b, and sum_b nrt_b <=
 // ceil(N * H / BMR) + bs.
 __host__ __device__ inline int grid_for(int bmr, int target_ctas, int num_tokens, int H, int bs) {

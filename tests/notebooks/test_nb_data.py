@@ -180,7 +180,7 @@ def test_build_record_tiles_name_the_fp8_copies():
                           "spill_stores": 0, "spill_loads": 0, "stack": 0, "smem_static": 0}
                          for a in ("sm_120", "sm_90")
                          for v in ("rows64d", "rows64d_fp8", "rows32d_math_fp8", "rows32d_modes", "small_nt1_fp8", "small_nt4_math_fp8",
-                                   "combine_r32", "combine_r8_few")]}
+                                   "combine_r32", "combine_r8_few", "rows64d_tail", "rows64d_math_fp8_tail")]}
     tiles = dict(zip(*data.resources_frame(doc, "sm_120")[["variant", "tile"]].T.values))
     assert tiles["rows64d_fp8"] == tiles["rows64d"] + ", fp8 copy"
     # the design D tiers' diagnostic copies say which (tier_rowsd.cuh's Kind)
@@ -188,6 +188,9 @@ def test_build_record_tiles_name_the_fp8_copies():
     assert tiles["rows32d_modes"] == "rows32d (32-row tiles), diagnostic-modes copy"
     assert tiles["small_nt4_math_fp8"] == "small (32-row tiles), math-alone copy, fp8 copy"
     assert tiles["small_nt1_fp8"] == "small (8-row tiles), fp8 copy"
+    # rows64d's tail kernels, taken where a launch's static shape ends in a tail
+    assert tiles["rows64d_tail"] == tiles["rows64d"] + ", tail kernel"
+    assert tiles["rows64d_math_fp8_tail"] == "rows64d (64-row tiles), math-alone copy, fp8 copy, tail kernel"
     # the merge's two shapes, chosen at launch
     assert tiles["combine_r32"] == "merge of 32-row tiles"
     assert tiles["combine_r8_few"] == "merge of 8-row tiles, few-CTA shape"
