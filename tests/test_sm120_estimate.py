@@ -42,13 +42,17 @@ def test_tail_row_tiles_take_longer_splits():
         assert tiles_per_cta([185000], T, 8, 64, 132, 3) == tiles_per_cta([185000], T, 8, 64, 132, 4)
     # nor where the request has one row tile (T = 4 forced onto rows64d: every CTA holds 32 rows)
     assert tiles_per_cta([185000], 4, 8, 64, 132, 3) == tiles_per_cta([185000], 4, 8, 64, 132, 4)
-    assert m.tail_q_of(8) == m.TAIL_Q and m.tail_q_of(6) == m.tail_q_of(0) == 4
+    assert m.tail_q_of(8) == m.TAIL_Q["bfloat16"] == 3 and m.tail_q_of(6) == m.tail_q_of(0) == 4
+    assert m.tail_q_of(8, "fp8_e4m3") == 4                      # fp8's tail CTAs keep equal splits
+    assert m.tail_q_of(8, "bfloat16", {}) == 4                  # a micro file of the library before
 
 
 def test_tail_q_mirrors_the_kernel_source():
     src = (Path(__file__).resolve().parent.parent / "kernel" / "csrc" / "tier_rowsd.cuh").read_text()
     got = re.search(r"#else\nconstexpr int TAIL_Q = (\d+);", src)
-    assert got and int(got.group(1)) == m.TAIL_Q
+    assert got and int(got.group(1)) == m.TAIL_Q["bfloat16"]
+    got = re.search(r"#else\nconstexpr int TAIL_Q_FP8 = (\d+);", src)
+    assert got and int(got.group(1)) == m.TAIL_Q["fp8_e4m3"]
 
 
 def _micro(stream_frac_8=0.78, stream_us_8=64.3):

@@ -119,7 +119,7 @@ def run(dur_s: float = DUR_S) -> dict:
     rows = []
     for kv, T, tier in CASES:
         case, o, lse = shape_case(S, T, H, kv)
-        tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_q_of(tier))
+        tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_q_of(tier, KV_DTYPE_NAMES[kv]))
         for name, mode in MODES.items():
             fn = lambda: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
                                 **case.kwargs())

@@ -111,7 +111,7 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
             return time_calls([fn]) * 1e3
 
         for tier in tiers:
-            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_q_of(tier))
+            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_q_of(tier, pool))
             base = {"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": pool, "rows_per_tile": TIERS[tier],
                     "tiles_per_cta": tiles}
             if "stream" in stages:
@@ -139,4 +139,4 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
     # of its own: kernel/bench/sm120_estimate.py
     # tail_q: the schedule of rows64d's tail row tiles in the library measured (sm120_estimate reads
     # it; files without it measured equal splits)
-    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "tail_q": TAIL_Q, "rows": rows}
+    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "tail_q": dict(TAIL_Q), "rows": rows}

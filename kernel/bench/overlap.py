@@ -315,7 +315,7 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
                                             lib=libs[b], **case.kwargs())
                         us_of.setdefault((b, tier, mode_name), []).append(time_calls([fn]) * 1e3)
             for (b, tier, mode_name), uss in us_of.items():
-                tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, 4 if b in SPLITS_DIFFER else tail_q_of(tier))
+                tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, 4 if b in SPLITS_DIFFER else tail_q_of(tier, KV_DTYPE_NAMES[kv]))
                 us = statistics.median(uss)
                 rows.append({"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": KV_DTYPE_NAMES[kv], "build": b, "defines": list(VARIANTS[b][0] if b in VARIANTS else ()),
                              "placement": placement, "mode": mode_name, "time_us": us, "rounds_us": uss,

@@ -59,7 +59,8 @@ from pathlib import Path
 from ..checks import FP8_ROW_BYTES, ROW_BYTES
 
 BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
-TAIL_Q = 3                # = tier_rowsd.cuh's TAIL_Q (tests/test_sm120_estimate.py reads it there)
+TAIL_Q = {"bfloat16": 3, "fp8_e4m3": 4}   # = tier_rowsd.cuh's TAIL_Q and TAIL_Q_FP8 (tests/test_sm120_estimate.py
+                                             # reads them there)
 FP8 = "fp8_e4m3"
 
 # Published sm_120 figures (RTX PRO 6000 Blackwell, GB202), with their sources
@@ -127,10 +128,10 @@ def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int
     return max(cdiv(cdiv(s + T, cdiv(s + T, chunk)), BN) for s in prefix_lens)
 
 
-def tail_q_of(tier: int, tail_q: int = TAIL_Q) -> int:
-    """rows64d's (tier 8) tail_q, TAIL_Q of tier_rowsd.cuh unless a measured library's is given;
-    4 (equal splits) for every other tier."""
-    return tail_q if tier == 8 else 4
+def tail_q_of(tier: int, kv_dtype: str = "bfloat16", tail_q: dict | None = None) -> int:
+    """rows64d's (tier 8) tail_q on the pool `kv_dtype`: TAIL_Q of tier_rowsd.cuh, or a measured
+    library's (`tail_q`, as a micro file records it); 4 (equal splits) for every other tier."""
+    return (TAIL_Q if tail_q is None else tail_q).get(kv_dtype, 4) if tier == 8 else 4
 
 
 def mmas_per_tile(rows: int, tier: int) -> int:
@@ -180,8 +181,8 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
     # a tier measured once and deleted since has no constants here (micro-h200-20261202T1531.json
     # holds tier 10's rows): its rows are left out
     rows_in = [r for r in micro["rows"] if r["tier"] in H200_CTAS]
-    # the schedule of the library the file measured (rows64d's tail splits; absent: equal splits)
-    tail_q = micro.get("tail_q", 4)
+    # the schedule of the library the file measured (rows64d's tail splits per pool; absent: equal)
+    tail_q = micro.get("tail_q", {})
     sms_h200, mhz = micro["sms"], micro["clock_assumed_mhz"]
     ceil = micro.get("ceilings", {})
     tfl8 = ceil.get("mma_TFLOPs_8_warps_per_sm") or ceil.get("mma_TFLOPs")
@@ -207,7 +208,7 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
         k = H200_CTAS[tier] / SM120["ctas_per_sm"]
         e120 = min(e, 1.0)
         clk = nonmma * k + mmas / (SM120["mma_per_clk_sm"] * e120)
-        tiles = tiles_per_cta([S], T, H, rows, SM120["sms"] * SM120["ctas_per_sm"], tail_q_of(tier, tail_q))
+        tiles = tiles_per_cta([S], T, H, rows, SM120["sms"] * SM120["ctas_per_sm"], tail_q_of(tier, kv, tail_q))
         in_flight = IN_FLIGHT_TILES[kv][tier] * TILE_BYTES[kv]
         need = SM120["dram_GBps"] * d / SM120["sms"] * latency_ns   # bytes: GB/s x ns
         memory = kv_bytes / (SM120["dram_GBps"] * 1e3 * d * min(1.0, in_flight / need))

@@ -169,16 +169,19 @@ constexpr int UNROLL_FP8 = 3;
 // tile often holds <= 32 rows (D = 17: 8). In the kernels of TL = true, such a CTA runs half 1
 // without its math (top(j)'s barrier, slot ids, copies and commits only: its rows are past the
 // request and never stored), and the plan gives that row tile fewer, longer splits than the full
-// ones (plan_item's TAIL_Q), so that its CTAs, cheaper by a third a tile, end with the full ones
+// ones (plan_item's TAIL_Q; bf16 only, below), so that its CTAs, cheaper a tile, end with the full ones
 // instead of idling their SMs (with equal splits half 1's idling gained nothing: kernel/NOTES.md,
 // fourteenth session). The launcher takes them where the launch's static shape has a tail
 // (tail_rows: every request of num_tokens / bs tokens); every other launch runs the kernels of
 // TL = false, the code of before, since the tail's plan cost the shapes without one 0.3-1.4 %.
 // -DMLAV_TAIL=0: the launcher never takes them (the production before, diagnostic builds); 1: it
-// does, with equal splits (half 1 idle alone, diagnostic); 2: both (production). TAIL_Q: a tail CTA's cost a tile in quarters of a full
-// one's, which sets its splits' length (plan_item); measured: 0.67 of the math alone with half 1
-// idle (8-32 rows, rungs/overlap-h100-20261205T1552-tail-cost-*.json), taken as 3 / 4, so that a
-// tail CTA slower than measured still ends near the full ones
+// does, with equal splits (half 1 idle alone, diagnostic); 2: both (production).
+// TAIL_Q: a bf16 tail CTA's cost a tile in quarters of a full one's, which sets its splits' length
+// (plan_item): 0.67 of the math alone measured with half 1 idle (8-32 rows, rungs/overlap-h100-
+// 20261205T1552-tail-cost-*.json), 0.76-0.78 in the full call at D = 17 and 65 (kernel/NOTES.md),
+// taken as 3 / 4. TAIL_Q_FP8: fp8's tail CTAs cost about 0.81-0.86 of a full one (its half 1 issues
+// the tile's copies, and its half 0 runs the classic way), so that 3 / 4 made them set the call at
+// D = 65 (+3.5 %); they keep equal splits (4), where half 1's idling alone gained 0.6-2.9 %
 #ifdef MLAV_TAIL
 constexpr int TAIL = MLAV_TAIL;
 #else
@@ -188,6 +191,11 @@ constexpr int TAIL = 2;
 constexpr int TAIL_Q = MLAV_TAIL_Q;
 #else
 constexpr int TAIL_Q = 3;
+#endif
+#ifdef MLAV_TAIL_Q_FP8
+constexpr int TAIL_Q_FP8 = MLAV_TAIL_Q_FP8;
+#else
+constexpr int TAIL_Q_FP8 = 4;
 #endif
 
 template <int HALVES, bool FP8 = false>
@@ -264,7 +272,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
-    if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? TAIL_Q : 4>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
+    if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_Q_FP8 : TAIL_Q) : 4>(
+            p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
     // the item's fields are read from shared memory where used, not held in registers through
     // the loop (at 255 registers every live value counts)
     if (threadIdx.x == 0) *reinterpret_cast<Item*>(smem + Lo::OFF_ITEM) = item;
@@ -1108,9 +1117,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   }
 #ifdef MLAV_RACE_EVEN
   // diagnostic build for racecheck (kernel/bench/race_probe.py): half 1 passes its named barrier
-  // as often as half 0 (2 n against n + 1), which racecheck's bookkeeping seems to need
-  if (HALVES == 2 && r == 1)
-    for (int k = 1; k < n_tiles; ++k) half_bar();
+  // as often as half 0 (n + 1 with H0_LAG, else 2 n; half 1 n + 1, or none while idle in a tail CTA),
+  // which racecheck's bookkeeping seems to need
+  if (HALVES == 2 && r == 1 && n_tiles > 0)
+    for (int k = half1_idle() ? 0 : n_tiles + 1; k < (H0_LAG ? n_tiles + 1 : 2 * n_tiles); ++k) half_bar();
 #endif
 #ifdef MLAV_BARWAIT
   const unsigned bw_loop = clock() - bw_t0;
