@@ -112,3 +112,43 @@ def test_builds_whose_splits_differ_are_held_to_a_tolerance_and_the_rest_to_the_
     assert not overlap.same_enough("tail_off", dict(row, rel_err=2e-2))     # past REL_TOL
     assert not overlap.same_enough("tail_off", dict(row, nan=3))            # unwritten outputs
     assert overlap.same_enough("unroll2", dict(row, equal=True))
+
+
+def _runs(pattern):
+    return [json.loads(p.read_text()) for p in sorted(RUNGS.glob(pattern))]
+
+
+def test_tail_kernels_beat_the_production_before_at_ddtrees_tails_and_equal_it_elsewhere():
+    # the rung behind rows64d's tail kernels (kernel/NOTES.md, 2026-12-05 fifteenth session), one
+    # H100: three runs with overlap's alternating rounds (two with the tail code in every launch,
+    # cadaf17, whose tail kernels' machine code is the final one's; then the final launcher, 0b08aaf),
+    # bf16, against tail_off, the production before
+    runs = (_runs("overlap-h100-20261205T1631-tail-splits-rounds-run*.json")
+            + _runs("overlap-h100-20261205T1640-tail-kernels.json"))
+    assert len(runs) == 3
+    for doc in runs:
+        # D = 17, 33, 65: the tail row tile's own splits; D = 17 loses a third of a row tile's work
+        assert _full(doc, 17, "production") < 0.94 * _full(doc, 17, "tail_off")
+        assert _full(doc, 33, "production") < 0.985 * _full(doc, 33, "tail_off")
+        assert _full(doc, 65, "production") < 0.96 * _full(doc, 65, "tail_off")
+        # splits differ by design at the tails, so outputs agree to a tolerance there
+        assert all(overlap.same_enough(c["build"], c) for c in doc["same_output"])
+    # the final launcher takes the tail kernels only where the shape has a tail: elsewhere production
+    # runs the code of before (machine code identical), so it times the same to run-to-run noise
+    final = runs[-1]
+    for T in (8, 16, 32):
+        assert abs(_full(final, T, "production") / _full(final, T, "tail_off") - 1) < 0.01
+
+
+def test_fp8_tail_kernels_keep_equal_splits_where_longer_ones_lost():
+    # fp8's tail CTAs cost ~0.85 of a full one: the tail's 4/3-long splits (production in the two
+    # files) lost at D = 65, while half 1 idle on equal splits (tail_equal, fp8's production since)
+    # was never slower than the production before (tail_off) at a tail
+    runs = (_runs("overlap-fp8-h100-20261205T1631-tail-splits-rounds-run1.json")
+            + _runs("overlap-fp8-h100-20261205T1641-tail-kernels.json"))
+    assert len(runs) == 2
+    for doc in runs:
+        for T in (17, 33):
+            assert _full(doc, T, "tail_equal") < _full(doc, T, "tail_off")
+    assert _full(runs[1], 65, "production") > 1.02 * _full(runs[1], 65, "tail_off")
+    assert _full(runs[1], 65, "tail_equal") < 0.98 * _full(runs[1], 65, "tail_off")

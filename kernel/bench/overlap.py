@@ -200,8 +200,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # production) against computing its padding rows (tail_off) and with half 0 on one m-tile too
     # (tail_m16): measured on an H100 at T = 8, 17, 33 (commit 98f7366, three runs,
     # rungs/overlap*-h100-20261205T14{39,40}-tail-*.json, bit-equal): no gain at T = 17 or 33, where every
-    # row tile of a split reads the same KV range, so a faster tail CTA only idles its SM; production
-    # +0.6 to +1.6 % from the changed machine code; deleted)
+    # row tile of a split reads the same KV range, so a faster tail CTA only idles its SM; deleted, then
+    # back the next session with the tail row tile on splits of its own, below; tail_m16 stays deleted)
     # rows64d's tail kernels (tier_rowsd.cuh, TAIL; production: taken where the shape ends in a tail,
     # with half 1 idle in tail CTAs and the tail row tile on its own, longer splits): tail_off never
     # takes them (the production before: equal splits, padding rows computed), tail_equal takes them
