@@ -134,3 +134,18 @@ def test_notes_quote_the_predictions_of_this_machine_code(sass_rows):
     assert "628.6" in notes
     for line in probe.prediction_table(sass_rows, 628.6):
         assert line in notes, line
+
+
+def test_a_rowsd_kernel_is_found_by_its_name_before_the_tail_flag():
+    # tier_rowsd.cuh's TL template argument (defaulted false) entered the mangled names in 2026-12-05's
+    # fifteenth session; the tools name the kernels without it, as libraries of older sources do
+    new = "_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi0ELb0EEEvNS_6ParamsE"
+    old = "_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi0EEEvNS_6ParamsE"
+    assert probe_sass.plain_name(new) == old and probe_sass.plain_name(old) == old
+    tail = "_ZN4mlav5rowsd23mla_verify_kernel_rowsdILi2ELi0ELb1EEEvNS_6ParamsE"
+    assert probe_sass.plain_name(tail) == tail                       # the tail kernel keeps its own
+    merge = "_ZN4mlav18mla_verify_combineILi32ELb0EEEvNS_6ParamsE"
+    assert probe_sass.plain_name(merge) == merge                     # only rowsd's kernels
+    sass = f"\t\tFunction : {new}\n        /*0000*/                   MOV R1, c[0x0][0x28] ;\n"
+    fns = probe_sass.parse(sass)
+    assert fns[old] is fns[new] and len(fns[old]) == 1

@@ -83,7 +83,7 @@ def ops_of(sass: str, function: str) -> dict[int, Op]:
     out, cur, first = {}, None, None
     for line in sass.splitlines():
         if "Function :" in line:
-            cur, first = line.split("Function :")[1].strip(), None
+            cur, first = probe_sass.plain_name(line.split("Function :")[1].strip()), None
             continue
         if cur != function:
             continue

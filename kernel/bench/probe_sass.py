@@ -67,13 +67,26 @@ class Instr:
     pred: bool = False         # guarded by a predicate (@P0, @!UP1, ...)
 
 
+def plain_name(name: str) -> str:
+    """A rowsd kernel's mangled name without its tail flag when false: tier_rowsd.cuh's tail kernels
+    (2026-12-05) gave its kernels a third template argument, TL, defaulted to false, which the name
+    carries (...ILi2ELi0ELb0EEEvNS_6ParamsE); the tools name the kernels as they were before
+    (...ILi2ELi0EEEvNS_6ParamsE), which libraries built from older sources still carry."""
+    if "mla_verify_kernel_rowsd" in name and name.endswith("ELb0EEEvNS_6ParamsE"):
+        return name[:-len("ELb0EEEvNS_6ParamsE")] + "EEEvNS_6ParamsE"
+    return name
+
+
 def parse(sass: str) -> dict[str, list[Instr]]:
-    """cuobjdump -sass text -> {function name: instructions}."""
+    """cuobjdump -sass text -> {function name: instructions}; a rowsd kernel of TL = false is also
+    found under its plain_name."""
     out: dict[str, list[Instr]] = {}
     cur = None
     for line in sass.splitlines():
         if "Function :" in line:
-            cur = out.setdefault(line.split("Function :")[1].strip(), [])
+            name = line.split("Function :")[1].strip()
+            cur = out.setdefault(name, [])
+            out.setdefault(plain_name(name), cur)
             continue
         m = _LINE.search(line)
         if cur is None or not m:
