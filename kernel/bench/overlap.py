@@ -11,6 +11,8 @@ combination of:
     loads on resident tiles of finite noise (mode 2 | 4 | 256, the table's column "(noise)");
   - build: the production library, and any diagnostic builds a rung lists in VARIANTS (-D macros,
     each run at the tiers whose code it changes, on both pools; built only when one of them runs).
+Each (build, mode) is timed --rounds times (default 3), the builds in alternating order after one
+discarded call, and the median kept: the build timed first after a case is made ran 1-4 % slow.
 If the L2 rows close the gap, the loads' latency is what the ring does not cover; if not, the
 cost is inside the SM (the copies' issue and shared-memory writes against QK's ldmatrix).
 
