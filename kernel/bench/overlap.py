@@ -305,17 +305,17 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
             # first, then the variants, each a little faster than the one before, with the same loops):
             # one discarded call of it, then every (build, mode) once a round, the builds in order on
             # even rounds and reversed on odd ones, and the median of the rounds
-            b0, t0 = builds[0]
-            time_calls([lambda: launch(*args, o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=MODES["full"],
-                                       tier=t0, lib=libs[b0], **case.kwargs())])
+            def call(b, tier, mode, args=args):
+                return lambda: launch(*args, o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
+                                      lib=libs[b], **case.kwargs())
+
+            time_calls([call(*builds[0], MODES["full"])])
             us_of: dict = {}
             for rnd in range(rounds):
                 for b, tier in (builds if rnd % 2 == 0 else builds[::-1]):
                     modes = list(MODES.items()) + ([NOISE_MODE] if tier in NOISE_TIERS and placement == "dram" else [])
                     for mode_name, mode in modes:
-                        fn = lambda: launch(*args, o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
-                                            lib=libs[b], **case.kwargs())
-                        us_of.setdefault((b, tier, mode_name), []).append(time_calls([fn]) * 1e3)
+                        us_of.setdefault((b, tier, mode_name), []).append(time_calls([call(b, tier, mode)]) * 1e3)
             for (b, tier, mode_name), uss in us_of.items():
                 tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, 4 if b in SPLITS_DIFFER else tail_q_of(tier, KV_DTYPE_NAMES[kv]))
                 us = statistics.median(uss)
