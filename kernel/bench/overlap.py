@@ -43,6 +43,9 @@ from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
 
 MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_math": MODE_NO_MATH | MODE_NO_MERGE}
+# --merge: also the call as a server makes it, the verify kernel and its merge (the merge's cost is
+# this row's time less the full row's)
+MERGED_MODE = ("merged", 0)
 # rowsd (tiers 6 and 8) also times its math on resident tiles of finite noise instead of zeros
 # (MODE_NOISE_RING, kernel/bench/clocks.py): what the tensor pipe's toggling costs the math alone
 NOISE_MODE = ("no_loads_noise", MODE_NO_LOADS | MODE_NO_MERGE | MODE_NOISE_RING)
@@ -210,6 +213,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # with equal splits (half 1 idle alone, the fourteenth session's production)
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
+    # every production tier's verify CTAs letting the merge's grid launch once their loop is done
+    # (verify_common.cuh, pdl_trigger): only the call with its merge (--merge) can differ
+    "pdl_trigger": (("MLAV_PDL_TRIGGER",), (8, 6, 4, 1)),
 }
 # builds whose split boundaries differ from production's where a request has a tail row tile, so
 # that their merge rounds differently: held to production's output within REL_TOL (relative
@@ -258,7 +264,8 @@ def shapes_of(kv: str, ts=None, tiers=None) -> tuple:
     return tuple((T, tuple(tiers or (8,))) for T in ts)
 
 
-def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, ts=None, rounds: int = 3) -> dict:
+def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, ts=None, rounds: int = 3,
+        merge: bool = False) -> dict:
     ws = get_workspace("cuda")
     shapes = shapes_of(kv, ts, tiers)
     mhz = sm_clock_mhz()["sm_max"] or 1980.0
@@ -313,7 +320,8 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
             us_of: dict = {}
             for rnd in range(rounds):
                 for b, tier in (builds if rnd % 2 == 0 else builds[::-1]):
-                    modes = list(MODES.items()) + ([NOISE_MODE] if tier in NOISE_TIERS and placement == "dram" else [])
+                    modes = (list(MODES.items()) + ([NOISE_MODE] if tier in NOISE_TIERS and placement == "dram" else [])
+                             + ([MERGED_MODE] if merge else []))
                     for mode_name, mode in modes:
                         us_of.setdefault((b, tier, mode_name), []).append(time_calls([call(b, tier, mode)]) * 1e3)
             for (b, tier, mode_name), uss in us_of.items():
@@ -337,13 +345,15 @@ def table(doc: dict) -> list[str]:
     by = {}
     for r in doc["rows"]:
         by.setdefault((r["T"], r["tier"], r["build"], r["placement"]), {})[r["mode"]] = r
+    merged = any(r["mode"] == MERGED_MODE[0] for r in doc["rows"])
     out = [f"{'T':>3} {'tier':>4} {'build':18s} {'KV':4s} {'full':>8} {'no loads':>9} {'(noise)':>8} {'no math':>8} "
-           f"{'exposed clk/tile':>17}"]
+           f"{'exposed clk/tile':>17}" + (f" {'merged':>8}" if merged else "")]
     for (T, tier, b, pl), m in by.items():
         full, nl, nm = (m[k]["time_us"] for k in ("full", "no_loads", "no_math"))
         exposed = (full - max(nl, nm)) * doc["clock_assumed_mhz"] / m["full"]["tiles_per_cta"]
         noise = f"{m['no_loads_noise']['time_us']:8.1f}" if "no_loads_noise" in m else f"{'-':>8}"
-        out.append(f"{T:>3} {tier:>4} {b:18s} {pl:4s} {full:8.1f} {nl:9.1f} {noise} {nm:8.1f} {exposed:17.0f}")
+        mg = (f" {m[MERGED_MODE[0]]['time_us']:8.1f}" if MERGED_MODE[0] in m else f" {'-':>8}") if merged else ""
+        out.append(f"{T:>3} {tier:>4} {b:18s} {pl:4s} {full:8.1f} {nl:9.1f} {noise} {nm:8.1f} {exposed:17.0f}{mg}")
     return out
 
 
@@ -375,6 +385,8 @@ def main(argv=None) -> int:
     ap.add_argument("--t", default="", metavar="T,T",
                     help="comma-separated draft lengths to time instead of the pool's shapes, each at --tiers "
                          "(default tier 8), e.g. 8,17,33 for the tails of DDTree's D = 8 k + 1")
+    ap.add_argument("--merge", action="store_true",
+                    help="also time each build's call with its merge (mode 'merged', column 'merged')")
     add_commit_arg(ap)
     a = ap.parse_args(argv)
     try:
@@ -420,7 +432,8 @@ def main(argv=None) -> int:
         once(a.once, a.once_t, a.once_variant)
         return 0
     info = env_info(a.commit or git_commit())
-    doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2"), variants, ts, a.rounds))
+    doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2"), variants, ts, a.rounds,
+                             a.merge))
     path = write_json(a.out, "overlap" if a.kv == "auto" else "overlap-fp8", doc)
     log(f"wrote {path}")
     print("\n".join(table(doc)))

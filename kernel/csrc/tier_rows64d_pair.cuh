@@ -409,6 +409,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_verify_kernel_rows64d_pair(con
   }
   cp_async_wait<0>();
   MLAV_TRACE_AT(TRACE_VERIFY, 3);
+  pdl_trigger();
   __syncthreads();                                        // every warp is past its last PV: the ring is free
 
   // ---- epilogue: finish each row's sum across its quad, then normalise (as rows64d)

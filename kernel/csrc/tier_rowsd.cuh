@@ -1136,6 +1136,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
 #endif
   cp_async_wait<0>();
   MLAV_TRACE_AT(TRACE_VERIFY, 3);
+  pdl_trigger();
 
   // ---- epilogue: finish each row's sum across its quad, then normalise
   {

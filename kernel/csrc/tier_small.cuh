@@ -281,6 +281,7 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
   }
   cp_async_wait<0>();
   MLAV_TRACE_AT(TRACE_VERIFY, 3);
+  pdl_trigger();
 
   // ---- epilogue: finish each row's sum across its TPR threads, then normalise
   if (sm_active) {

@@ -444,6 +444,7 @@ __device__ __forceinline__ void small8_body(const Params& p) {
   for (int j = n_main; j < n_tiles; ++j) tile_step(j, DraftTile<true>());
   cp_async_wait<0>();
   MLAV_TRACE_AT(TRACE_VERIFY, 3);
+  pdl_trigger();
 
   // ---- epilogue: finish each row's sum across its TPR threads, then normalise
   {

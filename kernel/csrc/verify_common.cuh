@@ -66,6 +66,20 @@ __device__ __forceinline__ void trace_point(int kernel, int k) {
 #define MLAV_TRACE_AT(kernel, k) ((void)0)
 #endif
 
+// The merge's early launch (-DMLAV_PDL_TRIGGER, a diagnostic build: kernel/bench/overlap.py's
+// pdl_trigger): each verify CTA allows the merge's grid to launch once its loop is done, so that the
+// merge's launch and its pre-wait lines run during the last CTAs' epilogues instead of after them
+// (the merge's griddepcontrol.wait still waits for the whole verify grid and its stores). A trigger
+// at the kernel's start was slower at few-row shapes, where merge CTAs then share SMs with verify
+// CTAs (L6a, kernel/NOTES.md); after the loop every SM a merge CTA can take has a CTA past its loop.
+__device__ __forceinline__ void pdl_trigger() {
+#ifdef MLAV_PDL_TRIGGER
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+#endif
+}
+
 // Where rowsd's warps wait, in the diagnostic build only (-DMLAV_BARWAIT: kernel/bench/barwait.py):
 // each warp sums the SM clocks it spends in the loop-top cp.async wait, the loop-top CTA barrier,
 // its half's named barriers and the whole loop, and counts its tiles; lane 0 adds them into
