@@ -1,6 +1,7 @@
 """kernel/bench/overlap.py on the CPU: its table from the committed overlap rung files, and its
 argument errors before any GPU is looked for."""
 import json
+import statistics
 from pathlib import Path
 
 from kernel.bench import overlap
@@ -152,3 +153,22 @@ def test_fp8_tail_kernels_keep_equal_splits_where_longer_ones_lost():
             assert _full(doc, T, "tail_equal") < _full(doc, T, "tail_off")
     assert _full(runs[1], 65, "production") > 1.02 * _full(runs[1], 65, "tail_off")
     assert _full(runs[1], 65, "tail_equal") < 0.98 * _full(runs[1], 65, "tail_off")
+
+
+def _rounds(doc, T, tier, build, mode):
+    return next(r["rounds_us"] for r in doc["rows"]
+                if (r["T"], r["tier"], r["build"], r["mode"], r["placement"]) == (T, tier, build, mode, "dram"))
+
+
+def test_the_merge_launched_after_the_loops_beat_its_launch_at_the_grids_exit():
+    # the rung behind pdl_trigger's production (kernel/NOTES.md, 2026-12-05 sixteenth session): one
+    # H100, five rounds, the loops' machine code identical. Round by round, the call with its merge
+    # was faster with the trigger at T = 1 on both pools, and the call without it did not move
+    runs = [json.loads(p.read_text()) for p in sorted(RUNGS.glob("overlap*-h100-20261205T1830-pdl-trigger.json"))]
+    assert len(runs) == 2
+    for doc in runs:
+        assert all(c["equal"] for c in doc["same_output"] if c["build"] == "pdl_trigger")
+        before, after = _rounds(doc, 1, 1, "production", "merged"), _rounds(doc, 1, 1, "pdl_trigger", "merged")
+        assert all(b - a > 0.4 for a, b in zip(after, before)), (before, after)
+        before, after = _rounds(doc, 1, 1, "production", "full"), _rounds(doc, 1, 1, "pdl_trigger", "full")
+        assert abs(statistics.median(after) / statistics.median(before) - 1) < 0.005

@@ -213,9 +213,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # with equal splits (half 1 idle alone, the fourteenth session's production)
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
-    # every production tier's verify CTAs letting the merge's grid launch once their loop is done
-    # (verify_common.cuh, pdl_trigger): only the call with its merge (--merge) can differ
-    "pdl_trigger": (("MLAV_PDL_TRIGGER",), (8, 6, 4, 1)),
+    # the merge's grid launched at the verify grid's exit, the production before each verify CTA let it
+    # launch once its loop was done (verify_common.cuh, pdl_trigger): only the call with its merge
+    # (--merge) can differ. Measured as the variant pdl_trigger (-DMLAV_PDL_TRIGGER) against it (commit
+    # 5956a7f, five rounds, rungs/overlap*-h100-20261205T1830.json, bit-equal): the merged call 0.7-1.5
+    # us faster at T = 1-32 on both pools, a tie at fp8's centre
+    "pdl_at_exit": (("MLAV_NO_PDL_TRIGGER",), (8, 6, 4, 1)),
 }
 # builds whose split boundaries differ from production's where a request has a tail row tile, so
 # that their merge rounds differently: held to production's output within REL_TOL (relative

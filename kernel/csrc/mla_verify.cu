@@ -76,8 +76,9 @@ cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int 
 }
 
 // Programmatic dependent launch (sm_90 and newer, sm_120 included): the merge's grid is
-// set up while the verify kernel runs and waits for it inside (griddepcontrol.wait), instead
-// of starting only after the kernel boundary. Asked once per device.
+// set up once every verify CTA is past its loop (pdl_trigger, verify_common.cuh) and waits for the
+// verify grid inside (griddepcontrol.wait), instead of starting only after the kernel boundary.
+// Asked once per device.
 bool pdl_capable(int dev) {
   static int major[64] = {};
   if (dev < 64 && major[dev] > 0) return major[dev] >= 9;

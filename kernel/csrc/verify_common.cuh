@@ -66,17 +66,22 @@ __device__ __forceinline__ void trace_point(int kernel, int k) {
 #define MLAV_TRACE_AT(kernel, k) ((void)0)
 #endif
 
-// The merge's early launch (-DMLAV_PDL_TRIGGER, a diagnostic build: kernel/bench/overlap.py's
-// pdl_trigger): each verify CTA allows the merge's grid to launch once its loop is done, so that the
-// merge's launch and its pre-wait lines run during the last CTAs' epilogues instead of after them
-// (the merge's griddepcontrol.wait still waits for the whole verify grid and its stores). A trigger
-// at the kernel's start was slower at few-row shapes, where merge CTAs then share SMs with verify
-// CTAs (L6a, kernel/NOTES.md); after the loop every SM a merge CTA can take has a CTA past its loop.
-__device__ __forceinline__ void pdl_trigger() {
-#ifdef MLAV_PDL_TRIGGER
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+// The merge's early launch: each verify CTA lets the merge's grid launch once its loop is done, so
+// that the merge's launch and its lines before griddepcontrol.wait run during the last CTAs'
+// epilogues instead of after them; that wait still waits for the whole verify grid and its stores.
+// Measured on an H100 against the launch at the grid's exit (overlap --merge, five rounds, the loops'
+// machine code identical): the call with its merge 0.7-1.5 us faster at T = 1-32 on both pools, a
+// tie at fp8's centre (rungs/overlap*-h100-20261205T1830.json, kernel/NOTES.md). A trigger at the
+// kernel's start was slower at few-row shapes, where merge CTAs then shared SMs with verify CTAs (L6a).
+// -DMLAV_NO_PDL_TRIGGER: the launch at the grid's exit, the production before (diagnostic builds)
+#ifdef MLAV_NO_PDL_TRIGGER
+constexpr bool PDL_TRIGGER = false;
+#else
+constexpr bool PDL_TRIGGER = true;
 #endif
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (PDL_TRIGGER) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 
