@@ -3,6 +3,7 @@ in kernel.gpu_run --stages trace)."""
 import pytest
 
 from kernel import build
+from kernel.bench import trace
 from kernel.bench.trace import pearson, per_cta, phases, second_cta_excess
 
 
@@ -58,3 +59,18 @@ def test_second_cta_on_an_sm_runs_longer():
             [4, 0.1, 1.1, 30.1, 31.0]]                                # the short last split: left out
     assert second_cta_excess(rows, 2) == pytest.approx(4.0)           # 45 against 41 us
     assert second_cta_excess(rows, 8) is None
+
+
+def test_trace_cases_and_macros_are_checked_before_any_gpu(capsys):
+    assert trace.parse_cases("185000:8:8:bf16,16384:1:8:fp8") == ((185000, 8, 8, "auto"), (16384, 1, 8, trace.FP8_KV))
+    for bad in ("185000:8:8", "185000:0:8:bf16", "185000:8:8:fp16"):
+        try:
+            trace.parse_cases(bad)
+        except ValueError as e:
+            assert repr(bad.split(",")[0]) in str(e)
+        else:
+            raise AssertionError(bad)
+    assert trace.main(["--out", "x", "--cases", "1:2:3:fp4"]) == 2
+    assert "'1:2:3:fp4'" in capsys.readouterr().err
+    assert trace.main(["--out", "x", "--define", "FOO=1"]) == 2
+    assert "['FOO=1']" in capsys.readouterr().err

@@ -10,16 +10,24 @@ next to the graph-replayed time of the same call; whether the CTAs that start la
 last (the correlation of their start and store times), the last store after the median one, how
 much longer the loops of the CTAs dispatched second on an SM run, and every working CTA's times
 of the last replay. Times in us; the timer ticks every ~32 ns.
+
+    python -m kernel.bench.trace --out DIR                                # CASES, production's code
+    python -m kernel.bench.trace --define MLAV_NO_PDL_TRIGGER --cases 185000:8:8:bf16 --out DIR
+                                                    # a diagnostic build's macros beside MLAV_TRACE
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
+import re
 import statistics
+import sys
 
 import torch
 
 from .. import build
 from ..ops import launch, pick_tier
+from .env import add_commit_arg, env_info, git_commit, write_json
 from .micro import shape_case
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import capture_graph, log, time_calls
@@ -154,3 +162,57 @@ def run(cases=CASES, defines=()) -> dict:
         del case, o, lse, g
         torch.cuda.empty_cache()
     return {"kind": "trace", "defines": list(DEFINES + tuple(defines)), "rows": rows}
+
+
+POOLS = {"bf16": "auto", "fp8": FP8_KV}
+MACRO = re.compile(r"MLAV_[A-Z0-9_]+(=-?[0-9]+)?")
+
+
+def parse_cases(text: str) -> tuple:
+    """'S:T:H:POOL,...' (POOL bf16 or fp8) -> CASES-style tuples; ValueError naming the bad one."""
+    out = []
+    for item in (t for t in text.split(",") if t):
+        parts = item.split(":")
+        if len(parts) != 4 or parts[3] not in POOLS or not all(p.isdigit() and int(p) > 0 for p in parts[:3]):
+            raise ValueError(f"--cases: {item!r} is not S:T:H:POOL with positive S, T, H and POOL bf16 or fp8")
+        out.append((int(parts[0]), int(parts[1]), int(parts[2]), POOLS[parts[3]]))
+    return tuple(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="per-CTA phase times of one call (the MLAV_TRACE build)")
+    ap.add_argument("--out", required=True, help="folder for trace-<gpu>-<stamp>.json")
+    ap.add_argument("--define", action="append", default=[], metavar="MLAV_NAME[=N]",
+                    help="a diagnostic build's macro beside MLAV_TRACE (repeatable)")
+    ap.add_argument("--cases", default="", metavar="S:T:H:POOL,...",
+                    help="the calls to trace, POOL bf16 or fp8, each at pick_tier's tier (default: CASES)")
+    add_commit_arg(ap)
+    a = ap.parse_args(argv)
+    try:
+        cases = parse_cases(a.cases) or CASES
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    bad = [d for d in a.define if not MACRO.fullmatch(d)]
+    if bad:
+        print(f"error: --define: {bad} (expected MLAV_NAME or MLAV_NAME=integer)", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("error: no CUDA device: kernel.bench.trace measures on a GPU", file=sys.stderr)
+        return 2
+    info = env_info(a.commit or git_commit())
+    doc = dict(info, **run(cases, tuple(a.define)))
+    path = write_json(a.out, "trace", doc)
+    log(f"wrote {path}")
+    keys = ("graph_us", "span_us", "last_store_us", "epilogue_us", "merge_first_entry_after_verify_us",
+            "merge_waited_after_verify_us", "merge_summed_after_verify_us", "merge_last_store_after_verify_us")
+    print(f"{'pool':9s} {'T':>3} {'tier':>4} " + " ".join(f"{k.replace('_after_verify', '').replace('_us', ''):>12s}"
+                                                       for k in keys))
+    for r in doc["rows"]:
+        print(f"{r['kv_dtype']:9s} {r['T']:>3} {r['tier']:>4} " + " ".join(
+            f"{r[k]:12.2f}" if isinstance(r.get(k), float) else f"{'-':>12s}" for k in keys))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
