@@ -10,12 +10,17 @@ the other tiers run the shipped kernel itself with the bits tested at run time.
 - mma (rung L2): the kernel without its KV loads and merge (mode 2 | 4): the per-tile math on
   shared-memory-resident tiles, as SM clocks per 16-token tile on the busiest CTA.
 - full: the whole kernel (mode 0), without the merge (mode 4): the merge's share, and with the
-  merge launched as an ordinary kernel instead of a programmatic dependent (mode 128).
+  merge launched as an ordinary kernel instead of a programmatic dependent (mode 128). The three
+  are timed in FULL_ROUNDS rounds of alternating order, each kept as the median of its rounds and
+  the merge as the median of the rounds' differences: timed once each, one after the other, the
+  merge's figure differed by up to 4 us between tiers that share one merge at one shape
+  (micro-h100-20261205T1810.json), and it is the sm_120 model's merge term.
 Every row says its pool's kv_dtype: SHAPES on a bf16 pool, FP8_SHAPES on SGLang's fp8_e4m3 pool
 (the fp8 tiers' kernels; KV bytes at 576 per prefix row).
 """
 from __future__ import annotations
 
+import statistics
 import subprocess
 
 import torch
@@ -37,6 +42,7 @@ PARTS = {"math": 0, "no_softmax": MODE_NO_SOFTMAX, "no_qk": MODE_NO_QK, "no_pv":
 # the small and design D tiers stream under an L2 evict-first policy; mode 8 measures the plain
 # policy beside it (rows64 has only the plain one)
 STREAM_OPTIONS = {"evict_first": 0, "plain": MODE_PLAIN_CACHE}
+FULL_ROUNDS = 3   # rounds of the full stage's three timings (module docstring)
 # (S, T, H, tiers): the centre, the rows of T = 1 and 4, compute-bound T, and a short
 # context; each at its candidate tiers (more row tiles of fewer rows read the KV through L2);
 # rows64d_pair (9, opt-in) beside rows64d where 64-row tiles serve
@@ -50,6 +56,20 @@ SHAPES = ((185000, 8, 8, (8, 9, 6, 0, 4, 2, 1)), (185000, 1, 8, (1, 6, 0)), (185
 FP8_SHAPES = ((185000, 1, 8, (1, 6)), (185000, 2, 8, (2, 6)), (185000, 4, 8, (6, 4)), (185000, 8, 8, (8, 6, 4)),
               (185000, 16, 8, (4, 8)), (185000, 32, 8, (4, 8)),
               (185000, 17, 8, (4, 8)), (185000, 33, 8, (4, 8)), (185000, 65, 8, (4, 8)))
+
+
+def rounds_of(fns: dict, rounds: int) -> dict:
+    """{name: [one timing a round]} of the timing closures `fns` (name -> us), each called once a
+    round, in order on even rounds and reversed on odd ones: the first timing after a case is made
+    runs 1-4 % slow (kernel/bench/overlap.py), so no name is always first."""
+    if rounds < 1:
+        raise ValueError(f"rounds: {rounds} (at least 1)")
+    names = list(fns)
+    out = {n: [] for n in names}
+    for k in range(rounds):
+        for n in (names if k % 2 == 0 else names[::-1]):
+            out[n].append(fns[n]())
+    return out
 
 
 def shape_case(S: int, T: int, H: int, kv_dtype: str = "auto"):
@@ -128,10 +148,13 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
                 log(f"micro mma    {pool:9s} S={S} T={T} tier {tier} {us:8.1f} us  {us * mhz / tiles:7.0f} clk/tile "
                     f"({tiles} tiles/CTA)")
             if "full" in stages:
-                full, nomerge, nopdl = timed(tier, 0), timed(tier, MODE_NO_MERGE), timed(tier, MODE_NO_PDL)
-                rows.append(dict(base, stage="full", time_us=full, no_merge_us=nomerge, merge_us=full - nomerge,
-                                 no_pdl_us=nopdl, clk_per_tile=nomerge * mhz / tiles))
-                log(f"micro full   {pool:9s} S={S} T={T} tier {tier} {full:8.1f} us, merge {full - nomerge:5.1f} us, "
+                r = rounds_of({"full": lambda: timed(tier, 0), "no_merge": lambda: timed(tier, MODE_NO_MERGE),
+                               "no_pdl": lambda: timed(tier, MODE_NO_PDL)}, FULL_ROUNDS)
+                full, nomerge, nopdl = (statistics.median(r[k]) for k in ("full", "no_merge", "no_pdl"))
+                merge = statistics.median(a - b for a, b in zip(r["full"], r["no_merge"]))
+                rows.append(dict(base, stage="full", time_us=full, no_merge_us=nomerge, merge_us=merge,
+                                 no_pdl_us=nopdl, clk_per_tile=nomerge * mhz / tiles, rounds_us=r))
+                log(f"micro full   {pool:9s} S={S} T={T} tier {tier} {full:8.1f} us, merge {merge:5.1f} us, "
                     f"merge not as a dependent launch {nopdl:8.1f} us")
         del case, o, lse
         torch.cuda.empty_cache()
