@@ -216,8 +216,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # the merge's grid launched at the verify grid's exit, the production before each verify CTA let it
     # launch once its loop was done (verify_common.cuh, pdl_trigger): only the call with its merge
     # (--merge) can differ. Measured as the variant pdl_trigger (-DMLAV_PDL_TRIGGER) against it (commit
-    # 5956a7f, five rounds, rungs/overlap*-h100-20261205T1830.json, bit-equal): the merged call 0.7-1.5
-    # us faster at T = 1-32 on both pools, a tie at fp8's centre
+    # 5956a7f, five rounds, rungs/overlap*-h100-20261205T1830-pdl-trigger.json, bit-equal), then as
+    # production against it (...T1839-pdl-confirm.json): the merged call 0.5-1.5 us faster at T = 1-32
+    # on both pools, except rows64d at the centre, a tie
     "pdl_at_exit": (("MLAV_NO_PDL_TRIGGER",), (8, 6, 4, 1)),
 }
 # builds whose split boundaries differ from production's where a request has a tail row tile, so

@@ -70,8 +70,9 @@ __device__ __forceinline__ void trace_point(int kernel, int k) {
 // that the merge's launch and its lines before griddepcontrol.wait run during the last CTAs'
 // epilogues instead of after them; that wait still waits for the whole verify grid and its stores.
 // Measured on an H100 against the launch at the grid's exit (overlap --merge, five rounds, the loops'
-// machine code identical): the call with its merge 0.7-1.5 us faster at T = 1-32 on both pools, a
-// tie at fp8's centre (rungs/overlap*-h100-20261205T1830.json, kernel/NOTES.md). A trigger at the
+// machine code identical; two runs): the call with its merge 0.5-1.5 us faster at T = 1-32 on both
+// pools, except rows64d at the centre, a tie (rungs/overlap*-h100-20261205T18{30,39}-*.json,
+// kernel/NOTES.md). A trigger at the
 // kernel's start was slower at few-row shapes, where merge CTAs then shared SMs with verify CTAs (L6a).
 // -DMLAV_NO_PDL_TRIGGER: the launch at the grid's exit, the production before (diagnostic builds)
 #ifdef MLAV_NO_PDL_TRIGGER
