@@ -35,7 +35,7 @@ import torch
 from .. import build, checks
 from ..ops import TIERS, get_workspace, launch
 from .env import add_commit_arg, env_info, git_commit, write_json
-from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
+from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, rounds_of, shape_case, sm_clock_mhz
 from .same_output import compare
 from .sanitize_tiers import cases as edge_cases
 from .sm120_estimate import tail_q_of, tiles_per_cta
@@ -321,13 +321,16 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
                                       lib=libs[b], **case.kwargs())
 
             time_calls([call(*builds[0], MODES["full"])])
-            us_of: dict = {}
-            for rnd in range(rounds):
-                for b, tier in (builds if rnd % 2 == 0 else builds[::-1]):
-                    modes = (list(MODES.items()) + ([NOISE_MODE] if tier in NOISE_TIERS and placement == "dram" else [])
-                             + ([MERGED_MODE] if merge else []))
-                    for mode_name, mode in modes:
-                        us_of.setdefault((b, tier, mode_name), []).append(time_calls([call(b, tier, mode)]) * 1e3)
+            def modes_of(tier, placement=placement):
+                return (list(MODES.items()) + ([NOISE_MODE] if tier in NOISE_TIERS and placement == "dram" else [])
+                        + ([MERGED_MODE] if merge else []))
+
+            def one_build(b, tier):   # a round of one build: its modes in order
+                return lambda: {name: time_calls([call(b, tier, mode)]) * 1e3 for name, mode in modes_of(tier)}
+
+            per_build = rounds_of({(b, tier): one_build(b, tier) for b, tier in builds}, rounds)
+            us_of = {(b, tier, name): [rnd[name] for rnd in per_round]
+                     for (b, tier), per_round in per_build.items() for name in per_round[0]}
             for (b, tier, mode_name), uss in us_of.items():
                 tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, 4 if b in SPLITS_DIFFER else tail_q_of(tier, KV_DTYPE_NAMES[kv]))
                 us = statistics.median(uss)
