@@ -126,7 +126,7 @@ def run(cases=CASES, defines=()) -> dict:
     n_ctas, n_pts = dims[0], dims[1]
     host = (ctypes.c_ulonglong * (2 * n_ctas * n_pts))()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ws = torch.empty(lib.mla_verify_workspace_bytes(sms, 64), dtype=torch.uint8, device="cuda")
+    ws = torch.zeros(lib.mla_verify_workspace_bytes(sms, 64), dtype=torch.uint8, device="cuda")   # the merge's words: zero
     rows = []
     for S, T, H, kv in cases:
         pool = KV_DTYPE_NAMES[kv]
