@@ -1,8 +1,8 @@
 """Where a call's time goes, phase by phase (`gpu_run --stages trace`): the diagnostic build
 (-DMLAV_TRACE, sm_90 only, compiled on the GPU machine) has thread 0 of every CTA record
 %globaltimer at fixed points of the verify kernel (0 entry, 1 schedule planned, 2 first tile's
-loop, 3 loop done, 4 result stored) and of the merge (0 entry, 1 past griddepcontrol.wait,
-2 splits summed, 3 stored). One call, replayed alone in a CUDA graph as SGLang runs it; the
+loop, 3 loop done, 4 result stored) and of the merge (0 entry, 1 past griddepcontrol.wait, or
+with MLAV_MERGE_AS_LANDED its request's row of the schedule computed, 2 splits summed, 3 stored). One call, replayed alone in a CUDA graph as SGLang runs it; the
 medians over REPS replays of: the verify kernel's launch spread, plan, prologue, loop (fastest,
 median and slowest CTA: the tail), epilogue; the merge's start, wait, loop and end after the
 last verify CTA ended; and the whole span from the first CTA's entry to the merge's last store,

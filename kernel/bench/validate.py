@@ -441,12 +441,13 @@ def _graph_check_one(tol: float, H: int, max_draft_len, tier, kv_dtype: str = "a
 MODE_NO_MERGE = 4   # verify_common.cuh: the verify kernel alone (a diagnostic's call)
 
 
-def merge_words_check(tol: float) -> dict:
-    """The merge's ready words across calls, per tier and pool: a call with its merge, one without
-    (MODE_NO_MERGE, which must store no word: its partials are never merged), then one with,
-    each on its own inputs and the last one's output against the oracle; once with the words read
-    after every call (all zero), once back to back on the stream. Each request has a long prefix,
-    so every row tile has many splits (many words)."""
+def merge_words_check(tol: float, lib=None) -> dict:
+    """The merge's ready words (MERGE_AS_LANDED builds; production stores none) across calls, per
+    tier and pool: a call with its merge, one without (MODE_NO_MERGE, which must store no word: its
+    partials are never merged), then one with, each on its own inputs and the last one's output
+    against the oracle; once with the words read after every call (all zero), once back to back on
+    the stream. Each request has a long prefix, so every row tile has many splits (many words).
+    `lib`: a diagnostic build (`build.load(defines=("MLAV_MERGE_AS_LANDED",))`) instead of production."""
     rows = []
     ws = get_workspace("cuda")
     for kv_dtype, tiers in (("auto", sorted(TIERS)), (FP8_KV, FP8_TIERS)):
@@ -460,7 +461,7 @@ def merge_words_check(tol: float) -> dict:
                     o = torch.full((N, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
                     lse = torch.full((N, H), float("nan"), dtype=torch.float32, device="cuda")
                     launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
-                           **case.kwargs())
+                           lib=lib, **case.kwargs())
                     outs.append((o, lse))
                     if synced:
                         left.append(words_left("cuda"))

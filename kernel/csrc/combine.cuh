@@ -8,7 +8,7 @@
 // (tiers of 8 and 16 rows: T = 1, 2) have few merge CTAs for their many splits, so their rows
 // take 8 slices of 64 columns, others 4 of 128. Rows of requests with a single split were written by the
 // main kernel, as were those of a tail row tile with one split (rows64d's tail splits: plan_item).
-// MERGE_AS_LANDED (verify_common.cuh): the merge is launched while the last verify CTAs finish
+// MERGE_AS_LANDED (verify_common.cuh; opt-in): the merge is launched while the last verify CTAs finish
 // (PDL), computes its request's row of the schedule itself (plan_scan: the table CTA 0 writes is
 // not ordered before anything the merge can wait on), and reads each group of splits once their
 // ready words are set, so the splits stored early are summed while the last ones are computed.
@@ -39,50 +39,77 @@ struct CombineShape {
 // kernel did not run would otherwise hang the stream; a trap fails the call instead
 constexpr unsigned SPIN_LIMIT = 1u << 25;
 
-template <int BMR, bool FEW, int TQ>
-__device__ __forceinline__ void combine_row(const Params& p, int req, long long qo_start, int* plan_s) {
+// MERGE_AS_LANDED: every CTA passes griddepcontrol.wait before it exits (see the header); at wait
+// it did so before its first read
+__device__ __forceinline__ void wait_verify_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (MERGE_AS_LANDED) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// TQ: the TAIL_Q of the verify kernel's plan_item, which the merge's own plan repeats (MERGE_AS_LANDED)
+template <int BMR, bool FEW, int TQ = 4>
+__global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   using C = CombineShape<BMR, FEW>;
   __shared__ __align__(16) float acc_s[C::GROUPS * C::COLS];   // [group][column] partial sums
   __shared__ float m_s[C::GROUPS], w_s[C::GROUPS], f_s[C::GROUPS];
   __shared__ float inv_tot;
+  __shared__ int req;
+  __shared__ long long qo_start;
+  __shared__ __align__(8) int plan_s[48];   // MERGE_AS_LANDED: plan_scan's scratch, then this request's row at [40, 45)
   const int row = blockIdx.x / C::SL;         // flat row n * H + h
   const int slice = blockIdx.x % C::SL;
   const int n = row / p.H;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  MLAV_TRACE_AT(TRACE_MERGE, 0);
+  if (tid == 0) req = -1;
+  __syncthreads();
+  for (int b = tid; b < p.bs; b += CT) {      // the request holding token n
+    long long a = ld_index(p.qo_indptr, p.qo_indptr_64, b), e = ld_index(p.qo_indptr, p.qo_indptr_64, b + 1);
+    if (n >= a && n < e) { req = b; qo_start = a; }
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // launched as a programmatic dependent of the verify kernel (sm_90+, PDL): the lines above
+  // read only inputs; at wait, the table and the partials below are the verify kernel's, so wait
+  // for its completion here (without the launch attribute this returns at once)
+  if constexpr (!MERGE_AS_LANDED) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  __syncthreads();
   const int b = req;
-  int ns_full, nrt, base, ns_t, T;
   if constexpr (MERGE_AS_LANDED) {
+    if (b < 0) { wait_verify_grid(); return; }
     // this request's row of the schedule, from the sequence lengths as plan_item derives it
-    const int per = (p.bs + CT - 1) / CT;
-    const int b0 = tid * per, b1 = min(p.bs, b0 + per);
-    int item_excl, part_excl;
-    const Plan<BMR, TQ> pl = plan_scan<BMR, CT, TQ>(p, plan_s, b0, b1, item_excl, part_excl);
-    (void)item_excl;
-    int* row_s = plan_s + 40;
+    int b0, b1, item_excl, part_excl;
+    const Plan<BMR, TQ> pl = plan_scan<BMR, CT, TQ, false>(p, plan_s, b0, b1, item_excl, part_excl);
     for (int bb = b0; bb < b1; ++bb) {
       const Req r = load_req(p, bb);
       const int nrt_b = pl.row_tiles(r), ns_b = pl.splits(r, nrt_b);
-      const int ns_tb = TQ < 4 ? pl.splits_t(r, nrt_b) : 0;
-      if (bb == b) { row_s[0] = ns_b; row_s[1] = nrt_b; row_s[2] = part_excl; row_s[3] = ns_tb; row_s[4] = r.T; }
+      if (bb == b) {
+        plan_s[40] = ns_b; plan_s[41] = nrt_b; plan_s[42] = part_excl;
+        plan_s[43] = TQ < 4 ? pl.splits_t(r, nrt_b) : 0; plan_s[44] = r.T;
+      }
       part_excl += ns_b > 1 ? (TQ < 4 ? pl.items_t(r, nrt_b, ns_b) : nrt_b * ns_b) : 0;
     }
     __syncthreads();
-    ns_full = row_s[0]; nrt = row_s[1]; base = row_s[2]; ns_t = row_s[3]; T = row_s[4];
+  }
+  MLAV_TRACE_AT(TRACE_MERGE, 1);
+  if (b < 0) return;
+  int ns_full, nrt, base, ns_t;
+  if constexpr (MERGE_AS_LANDED) {
+    ns_full = plan_s[40]; nrt = plan_s[41]; base = plan_s[42]; ns_t = plan_s[43];
   } else {
     ns_full = p.table[4 * b + 0]; nrt = p.table[4 * b + 1]; base = p.table[4 * b + 2];
     const int t3 = p.table[4 * b + 3];
     ns_t = t3 < 0 ? -t3 : 0;                // the tail row tile's splits (plan_item's TAIL_Q), or 0
-    T = 0;
   }
-  MLAV_TRACE_AT(TRACE_MERGE, 1);
-  if (ns_full <= 1) return;
+  if (ns_full <= 1) { wait_verify_grid(); return; }
   const int local = (int)((n - qo_start) * p.H + row % p.H);
   const int rt = local / BMR, ri = local % BMR;
   // slots: split s of full row tile rt at base + s * nf + rt, then the tail's ns_t at base + nf * ns
   const int nf = nrt - (ns_t > 0);
   const bool tail = rt >= nf;
   const int ns = tail ? ns_t : ns_full;
-  if (ns <= 1) return;                      // the verify kernel wrote this row tile's output
+  if (ns <= 1) { wait_verify_grid(); return; }   // the verify kernel wrote this row tile's output
   const long long first = tail ? base + (long long)nf * ns_full : base + rt;
   const int stride = tail ? 1 : nf;
   const int g = warp * (32 / C::LPS) + lane / C::LPS;   // this thread's split group
@@ -183,7 +210,7 @@ __device__ __forceinline__ void combine_row(const Params& p, int req, long long 
   if constexpr (MERGE_AS_LANDED) {
     if (warp == 1) {
       // readers of a row tile: its rows (a request's last row tile may hold fewer) x column slices
-      const long long rows_req = (long long)T * p.H;
+      const long long rows_req = (long long)plan_s[44] * p.H;
       const int readers = (int)min((long long)BMR, rows_req - (long long)rt * BMR) * C::SL;
       done_before = __shfl_sync(0xffffffffu, done_before, 0);
       if (done_before == (unsigned)readers - 1u) {
@@ -192,35 +219,8 @@ __device__ __forceinline__ void combine_row(const Params& p, int req, long long 
         if (lane == 0) p.readers[first] = 0u;
       }
     }
+    wait_verify_grid();
   }
-}
-
-template <int BMR, bool FEW, int TQ = 4>
-__global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
-  __shared__ __align__(16) int plan_s[64];   // plan_scan's scratch, then this request's row at [40, 45)
-  __shared__ int req;
-  __shared__ long long qo_start;
-  const int tid = threadIdx.x;
-  const int n = (blockIdx.x / CombineShape<BMR, FEW>::SL) / p.H;
-  MLAV_TRACE_AT(TRACE_MERGE, 0);
-  if (tid == 0) req = -1;
-  __syncthreads();
-  for (int b = tid; b < p.bs; b += CT) {      // the request holding token n
-    long long a = ld_index(p.qo_indptr, p.qo_indptr_64, b), e = ld_index(p.qo_indptr, p.qo_indptr_64, b + 1);
-    if (n >= a && n < e) { req = b; qo_start = a; }
-  }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // launched as a programmatic dependent of the verify kernel (sm_90+, PDL): the lines above
-  // read only inputs; at-wait, the table and the partials below are the verify kernel's, so wait
-  // for its completion here (without the launch attribute this returns at once)
-  if constexpr (!MERGE_AS_LANDED) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-  __syncthreads();
-  if (req >= 0) combine_row<BMR, FEW, TQ>(p, req, qo_start, plan_s);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // as landed: this grid completes only after the verify grid (see the header)
-  if constexpr (MERGE_AS_LANDED) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
 }
 
 }  // namespace mlav

@@ -86,15 +86,17 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// The merge sums each split's partial once it is stored (combine.cuh) instead of waiting for the
+// The merge as landed (opt-in, not yet measured: -DMLAV_MERGE_AS_LANDED; overlap's merge_as_landed): the
+// merge sums each group of splits once their partials are stored (combine.cuh) instead of after the
 // whole verify grid: each verify CTA that stores a partial then sets its slot's ready word
-// (publish_partial), the merge polls the words of the splits it is about to read, and the merge's
-// last reader of a row tile clears them. -DMLAV_MERGE_AT_WAIT: the merge reads every partial after
-// griddepcontrol.wait and no word is stored, the production before (diagnostic builds).
-#ifdef MLAV_MERGE_AT_WAIT
-constexpr bool MERGE_AS_LANDED = false;
-#else
+// (publish_partial), the merge polls the words of the splits it is about to read, and the merge's last
+// reader of a row tile clears them. Production (without the macro): the merge reads every partial
+// after griddepcontrol.wait and no word is stored; its machine code and the verify kernels' are those
+// of before the words existed.
+#ifdef MLAV_MERGE_AS_LANDED
 constexpr bool MERGE_AS_LANDED = true;
+#else
+constexpr bool MERGE_AS_LANDED = false;
 #endif
 __device__ __forceinline__ void st_release_gpu(unsigned* a, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(a), "r"(v) : "memory");
@@ -143,7 +145,7 @@ struct Params {
   const uint8_t* kv8;            // pool rows as e4m3 bytes, stride kv_stride bytes
   float kscale_log2;             // sm_scale * k_scale * log2(e): the prefix logits
   float v_scale;                 // multiplies the prefix part of P.V (applied to P)
-  // the merge's ready words (MERGE_AS_LANDED; appended, as above): one per partial slot, set by the
+  // the merge's ready words (MERGE_AS_LANDED only; appended, as above): one per partial slot, set by the
   // verify CTA that stored the partial, cleared by the merge; null when no merge follows
   // (MODE_NO_MERGE), so that no word is left set for a later call's merge
   unsigned* ready;               // [part_cap]
@@ -300,12 +302,12 @@ __device__ __forceinline__ Req load_req(const Params& p, int b) {
 }
 template <int BMR, int TAIL_Q>
 struct Plan {
-  int H;
+  const Params& p;
   unsigned chunk, chunk_t;
-  __device__ __forceinline__ int row_tiles(const Req& r) const { return (int)(((long long)r.T * H + BMR - 1) / BMR); }
+  __device__ __forceinline__ int row_tiles(const Req& r) const { return (int)(((long long)r.T * p.H + BMR - 1) / BMR); }
   // 1 where the request's last row tile is a tail (with TAIL_Q < 4), else 0
   __device__ __forceinline__ int tail_of(const Req& r, int nrt) const {
-    return nrt >= 2 && (long long)r.T * H - (long long)(nrt - 1) * BMR <= BMR / 2 ? 1 : 0;
+    return nrt >= 2 && (long long)r.T * p.H - (long long)(nrt - 1) * BMR <= BMR / 2 ? 1 : 0;
   }
   __device__ __forceinline__ int splits(const Req& r, int nrt) const {
     return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0;
@@ -319,22 +321,28 @@ struct Plan {
   }
 };
 
-// Passes 1 and 2 of the schedule (plan_item): the split lengths, and for this thread's requests
-// [b0, b1) the items and partial slots of the requests before them (item_excl, part_excl).
-template <int BMR, int THREADS, int TAIL_Q>
-__device__ __forceinline__ Plan<BMR, TAIL_Q> plan_scan(const Params& p, int* smem_i, int b0, int b1, int& item_excl,
-                                                       int& part_excl) {
+// Passes 1 and 2 of the schedule (plan_item): the split lengths, this thread's requests [b0, b1),
+// and the items and partial slots of the requests before them (item_excl, part_excl). ITEM:
+// plan_item's call, whose item (smem_i + 40) is marked empty before pass 1. (The statements keep
+// plan_item's order from before they were shared: its machine code stayed the same.)
+template <int BMR, int THREADS, int TAIL_Q, bool ITEM>
+__device__ __forceinline__ Plan<BMR, TAIL_Q> plan_scan(const Params& p, int* smem_i, int& b0, int& b1,
+                                                       int& item_excl, int& part_excl) {
   constexpr int W = THREADS / 32;
   static_assert(W <= 8, "plan_scan's scratch holds 8 warps");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int* nrt_w = smem_i;                                          // [8] row tiles per warp
   long long* work_w = reinterpret_cast<long long*>(smem_i + 8);   // [8] work per warp
   long long* scan_w = reinterpret_cast<long long*>(smem_i + 24);  // [8] packed (items, parts)
-  Plan<BMR, TAIL_Q> pl;
-  pl.H = p.H;
+  int* found = smem_i + 40;                                     // 24 ints: plan_item's item
+  const int per = (p.bs + THREADS - 1) / THREADS;
+  b0 = tid * per;
+  b1 = min(p.bs, b0 + per);
+  if (ITEM && tid == 0) found[0] = -1;
   // pass 1: total work and row tiles, one barrier
-  long long work = 0;
   int nrt_sum = 0;
+  long long work = 0;
+  Plan<BMR, TAIL_Q> pl{p, 0u, 0u};
   for (int b = b0; b < b1; ++b) {
     const Req r = load_req(p, b);
     const int nrt = pl.row_tiles(r);
@@ -423,13 +431,9 @@ template <int BMR, int THREADS = NTHREADS, int TAIL_Q = 4>
 __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   static_assert(TAIL_Q >= 1 && TAIL_Q <= 4, "plan_item: TAIL_Q is a tail split's cost in quarters");
   MLAV_TRACE_AT(TRACE_VERIFY, 0);
-  const int tid = threadIdx.x;
-  int* found = smem_i + 40;                                     // 24 ints: the item
-  const int per = (p.bs + THREADS - 1) / THREADS;
-  const int b0 = tid * per, b1 = min(p.bs, b0 + per);
-  if (tid == 0) found[0] = -1;
-  int item_excl, part_excl;
-  const Plan<BMR, TAIL_Q> pl = plan_scan<BMR, THREADS, TAIL_Q>(p, smem_i, b0, b1, item_excl, part_excl);
+  int b0, b1, item_excl, part_excl;
+  const Plan<BMR, TAIL_Q> pl = plan_scan<BMR, THREADS, TAIL_Q, true>(p, smem_i, b0, b1, item_excl, part_excl);
+  int* found = smem_i + 40;                                     // 24 ints: the item (plan_scan)
   // pass 3: the thread whose requests hold this CTA's item publishes it
   const int me = blockIdx.x;
   for (int b = b0; b < b1; ++b) {
