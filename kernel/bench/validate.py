@@ -437,7 +437,8 @@ def _graph_check_one(tol: float, H: int, max_draft_len, tier, kv_dtype: str = "a
                      else tier, "prefix_lens": c.meta["prefix_lens"], "tree": c.meta["tree"],
                      "page_size": c.meta["page_size"], "max_abs_diff_vs_eager": diff, "rel_err": e,
                      "nan": bool(torch.isnan(replay_o).any() or torch.isnan(replay_lse).any()),
-                     "merge_words_left": words, "pass": diff == 0.0 and e <= tol and words == 0, **(dict(kv_dtype=kv_dtype, **scales) if fp8 else {})})
+                     "merge_words_left": words, "pass": diff == 0.0 and e <= tol and words == 0,
+                     **(dict(kv_dtype=kv_dtype, **scales) if fp8 else {})})
     return rows
 
 
@@ -459,7 +460,7 @@ def merge_words_check(tol: float, lib=None) -> dict:
                                device="cuda", kv_dtype=kv_dtype) for i in range(3)]
             for synced in (True, False):
                 outs, left = [], []
-                for i, (case, mode) in enumerate(zip(cases, (0, MODE_NO_MERGE, 0))):
+                for case, mode in zip(cases, (0, MODE_NO_MERGE, 0)):
                     N, H = case.q.shape[:2]
                     o = torch.full((N, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
                     lse = torch.full((N, H), float("nan"), dtype=torch.float32, device="cuda")

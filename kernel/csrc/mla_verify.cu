@@ -302,7 +302,8 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   const bool pdl = !(mode & MODE_NO_PDL) && pdl_capable(dev);
   static_assert(rowsd::TAIL_Q_FP8 == 4 || rowsd::TAIL_Q_FP8 == rowsd::TAIL_Q, "launch_combine: one tail TQ instantiated");
   if (tier == 0 || tier == 8 || tier == 9)
-    err = tq == 4 ? launch_combine<rows64::BM>(p, rows, target_ctas, st, pdl) : launch_combine<rows64::BM, rowsd::TAIL_Q>(p, rows, target_ctas, st, pdl);
+    err = tq == 4 ? launch_combine<rows64::BM>(p, rows, target_ctas, st, pdl)
+                  : launch_combine<rows64::BM, rowsd::TAIL_Q>(p, rows, target_ctas, st, pdl);
   else if (tier == 6 || tier == 4) err = launch_combine<32>(p, rows, target_ctas, st, pdl);
   else if (tier == 1) err = launch_combine<8>(p, rows, target_ctas, st, pdl);
   else err = launch_combine<16>(p, rows, target_ctas, st, pdl);
