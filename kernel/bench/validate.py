@@ -14,6 +14,7 @@ from ..fp8 import FP8, FP8_NAN_BYTES
 from ..inputs import ddtree_case, dflash_case, make_case, random_case
 from ..ops import FP8_TIERS, TIERS, get_workspace, launch, pick_tier, verify_attention
 from ..reference import verify_attention_reference
+from .micro import MODE_NO_MERGE
 from .timing import capture_graph, log, rel_err
 
 FP8_KV = "fp8_e4m3"
@@ -441,8 +442,6 @@ def _graph_check_one(tol: float, H: int, max_draft_len, tier, kv_dtype: str = "a
                      **(dict(kv_dtype=kv_dtype, **scales) if fp8 else {})})
     return rows
 
-
-MODE_NO_MERGE = 4   # verify_common.cuh: the verify kernel alone (a diagnostic's call)
 
 
 def merge_words_check(tol: float, lib=None) -> dict:
