@@ -24,3 +24,22 @@ def test_write_json_names_the_file_from_info_when_given(tmp_path):
     # gpu_run names every file of a run from the run's env_info, whatever date a stage's doc carries
     path = env.write_json(tmp_path, "micro", {"date": "2026-12-04T00:00:00+00:00", "gpu": "x"}, INFO)
     assert path.name == "micro-h200-20261203T1318.json"
+
+
+def test_no_gpu_names_the_program_on_a_machine_without_cuda(capsys, monkeypatch):
+    monkeypatch.setattr(env.torch.cuda, "is_available", lambda: False)
+    assert env.no_gpu("kernel.bench.trace") is True
+    assert "no CUDA device: kernel.bench.trace measures on a GPU" in capsys.readouterr().err
+    monkeypatch.setattr(env.torch.cuda, "is_available", lambda: True)
+    assert env.no_gpu("kernel.bench.trace") is False
+    assert capsys.readouterr().err == ""
+
+
+def test_record_puts_the_result_under_env_info_and_writes_it(tmp_path, monkeypatch):
+    # env_info reads the GPU; the record only has to merge its fields with the result and name the file
+    monkeypatch.setattr(env, "env_info", lambda commit: dict(INFO, commit=commit))
+    monkeypatch.setattr(env, "git_commit", lambda: "abc1234")
+    doc = env.record(tmp_path, "trace", None, {"rows": [3]})
+    assert doc == dict(INFO, commit="abc1234", rows=[3])
+    assert json.loads((tmp_path / "trace-h200-20261203T1318.json").read_text()) == doc
+    assert env.record(tmp_path, "trace", "def5678", {})["commit"] == "def5678"

@@ -19,7 +19,7 @@ import torch
 
 from .. import build
 from ..ops import TIERS, get_workspace, launch
-from .env import add_commit_arg, env_info, git_commit, write_json
+from .env import add_commit_arg, no_gpu, record
 from .micro import MODE_NO_LOADS, MODE_NO_MERGE, MODE_NOISE_RING, shape_case
 from .overlap import VARIANTS
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
@@ -107,18 +107,15 @@ def main(argv=None) -> int:
     if a.variant and a.variant not in VARIANTS:
         print(f"error: --variant: {a.variant!r} not among {sorted(VARIANTS)}", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("error: no CUDA device: kernel.bench.barwait measures on a GPU", file=sys.stderr)
+    if no_gpu("kernel.bench.barwait"):
         return 2
     if torch.cuda.get_device_capability() != (9, 0):
         print(f"error: the barwait build is sm_90's; this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability()))}",
               file=sys.stderr)
         return 2
-    info = env_info(a.commit or git_commit())
     extra = VARIANTS[a.variant][0] if a.variant else ()
-    doc = dict(info, **run(extra), variant=a.variant or "production", variant_defines=list(extra))
-    path = write_json(a.out, "barwait", doc)
-    log(f"wrote {path}")
+    doc = record(a.out, "barwait", a.commit, dict(run(extra), variant=a.variant or "production",
+                                                   variant_defines=list(extra)))
     print("\n".join(table(doc)))
     return 0
 

@@ -15,7 +15,6 @@ pseudo-random resident tiles), no_math.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from datetime import datetime
 import torch
 
 from ..ops import TIERS, get_workspace, launch
-from .env import add_commit_arg, env_info, git_commit, write_json
+from .env import add_commit_arg, no_gpu, record
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
 from .sm120_estimate import tail_q_of, tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
@@ -163,13 +162,9 @@ def main(argv=None) -> int:
     if not a.dur > RAMP_S:
         print(f"error: --dur: {a.dur} s leaves nothing past the {RAMP_S} s ramp", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("error: no CUDA device: kernel.bench.clocks measures on a GPU", file=sys.stderr)
+    if no_gpu("kernel.bench.clocks"):
         return 2
-    info = env_info(a.commit or git_commit())
-    doc = dict(info, **run(a.dur))
-    path = write_json(a.out, "clocks", doc)
-    log(f"wrote {path}")
+    doc = record(a.out, "clocks", a.commit, run(a.dur))
     print("\n".join(table(doc)))
     return 0
 

@@ -8,11 +8,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
 
 from .. import build
+from .timing import log
 
 
 def git_commit() -> str:
@@ -73,3 +75,20 @@ def write_json(out: str | Path, kind: str, doc: dict, info: dict | None = None) 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
     return path
+
+
+def no_gpu(prog: str, what: str = "measures on a GPU") -> bool:
+    """True, after an error line on stderr naming prog, when torch sees no CUDA device: a bench's
+    main returns 2 then rather than failing inside its first launch."""
+    if torch.cuda.is_available():
+        return False
+    print(f"error: no CUDA device: {prog} {what}", file=sys.stderr)
+    return True
+
+
+def record(out: str | Path, kind: str, commit: str | None, result: dict) -> dict:
+    """result under env_info's fields (commit: --commit, else this checkout's HEAD), written to
+    out/file_name(kind, ...), whose path is logged. Returns the document written."""
+    doc = dict(env_info(commit or git_commit()), **result)
+    log(f"wrote {write_json(out, kind, doc)}")
+    return doc

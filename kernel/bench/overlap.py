@@ -34,7 +34,7 @@ import torch
 
 from .. import build, checks
 from ..ops import TIERS, get_workspace, launch
-from .env import add_commit_arg, env_info, git_commit, write_json
+from .env import add_commit_arg, no_gpu, record
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, rounds_of, shape_case, sm_clock_mhz
 from .same_output import compare
 from .sanitize_tiers import cases as edge_cases
@@ -437,17 +437,13 @@ def main(argv=None) -> int:
     if a.once is None and not a.out:
         print("error: --out: a folder is needed (or --once TIER)", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("error: no CUDA device: kernel.bench.overlap measures on a GPU", file=sys.stderr)
+    if no_gpu("kernel.bench.overlap"):
         return 2
     if a.once is not None:
         once(a.once, a.once_t, a.once_variant)
         return 0
-    info = env_info(a.commit or git_commit())
-    doc = dict(info, **run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2"), variants, ts, a.rounds,
-                             a.merge))
-    path = write_json(a.out, "overlap" if a.kv == "auto" else "overlap-fp8", doc)
-    log(f"wrote {path}")
+    doc = record(a.out, "overlap" if a.kv == "auto" else "overlap-fp8", a.commit,
+                 run(a.kv, tiers, ("dram",) if a.dram_only else ("dram", "l2"), variants, ts, a.rounds, a.merge))
     print("\n".join(table(doc)))
     return 0
 

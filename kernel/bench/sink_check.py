@@ -18,7 +18,7 @@ import torch
 from ..inputs import sink_case
 from ..ops import verify_attention
 from ..reference import verify_attention_reference
-from .env import add_commit_arg, env_info, git_commit, write_json
+from .env import add_commit_arg, env_info, git_commit, no_gpu, write_json
 from .timing import log, rel_err
 from .validate import sglang_extend
 
@@ -78,8 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="folder for sink-check-<gpu>-<stamp>.json")
     add_commit_arg(ap)
     a = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("error: no CUDA device: kernel.bench.sink_check runs the kernels", file=sys.stderr)
+    if no_gpu("kernel.bench.sink_check", "runs the kernels"):
         return 2
     try:
         from ..sglang.baseline import load

@@ -28,7 +28,7 @@ import torch
 
 from .. import build
 from ..ops import launch, pick_tier
-from .env import add_commit_arg, env_info, git_commit, write_json
+from .env import add_commit_arg, no_gpu, record
 from .micro import shape_case
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import capture_graph, log, time_calls
@@ -198,13 +198,9 @@ def main(argv=None) -> int:
     if bad:
         print(f"error: --define: {bad} (expected MLAV_NAME or MLAV_NAME=integer)", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("error: no CUDA device: kernel.bench.trace measures on a GPU", file=sys.stderr)
+    if no_gpu("kernel.bench.trace"):
         return 2
-    info = env_info(a.commit or git_commit())
-    doc = dict(info, **run(cases, tuple(a.define)))
-    path = write_json(a.out, "trace", doc)
-    log(f"wrote {path}")
+    doc = record(a.out, "trace", a.commit, run(cases, tuple(a.define)))
     keys = ("graph_us", "span_us", "last_store_us", "epilogue_us", "merge_first_entry_after_verify_us",
             "merge_waited_after_verify_us", "merge_summed_after_verify_us", "merge_last_store_after_verify_us")
     print(f"{'pool':9s} {'T':>3} {'tier':>4} " + " ".join(f"{k.replace('_after_verify', '').replace('_us', ''):>12s}"
