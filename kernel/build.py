@@ -118,7 +118,7 @@ _KINDS = {0: "", 1: "_diag", 2: "_math", 3: "_modes"}
 def _variant(mangled: str) -> str:
     """A readable name for one instantiation: 'rows64', 'small_nt4', 'rows64d', 'rows32d_diag', 'rows64d_math',
     'rows64d_pair', 'small_nt1_fp8', 'small_nt1_math_fp8', 'rows64d_fp8', 'rows64d_math_fp8', 'rows64d_tail',
-    'rows64d_math_fp8_tail', 'combine_r32', 'combine_r32_few', 'combine_r64_few_tail', ..."""
+    'rows64d_math_fp8_tail', 'combine_r32', 'combine_r32_few', ..."""
     args = [int(x) for x in re.findall(r"Li(\d+)E", mangled)]
     if "mla_verify_kernel_small8" in mangled and args:   # the small tier's fp8 copy, <NT, KIND> (<NT> before the kinds)
         return f"small_nt{args[0]}" + _KINDS[args[1] if len(args) > 1 else 0] + "_fp8"
@@ -133,8 +133,8 @@ def _variant(mangled: str) -> str:
         return "rows64d_pair" + ("_diag" if args[0] else "")
     if "mla_verify_kernel_rows64" in mangled:
         return "rows64"
-    if "mla_verify_combine" in mangled and args:   # <BMR, FEW, TQ>: TQ < 4 merges rows64d's tail kernels' plan
-        return f"combine_r{args[0]}" + ("_few" if "Lb1E" in mangled else "") + ("_tail" if args[1:2] not in ([], [4]) else "")
+    if "mla_verify_combine" in mangled and args:   # <BMR, FEW>
+        return f"combine_r{args[0]}" + ("_few" if "Lb1E" in mangled else "")
     if "mma_ldsm_probe_kernel" in mangled and len(args) >= 2:   # <MMAs per ldmatrix, chains>
         return f"probe_m{args[0]}_d{args[1]}"
     return mangled
@@ -227,8 +227,6 @@ def load(archs=ARCHS, defines=()) -> ctypes.CDLL:
                                       vp, i, i, vp, i, i, i, f, f]
     lib.mla_verify_launch.restype = i
     lib.mla_verify_workspace_bytes.argtypes = [i, i]
-    lib.mla_verify_merge_words.argtypes = [i]
-    lib.mla_verify_merge_words.restype = ll
     lib.mla_verify_workspace_bytes.restype = ll
     lib.mla_verify_rows_per_cta.argtypes = [i]
     lib.mla_verify_tier_smem_bytes.argtypes = [i]

@@ -69,7 +69,7 @@ from .bench.env import env_info, file_name, git_commit, write_json
 from .bench import micro
 from .bench.sweeps import bench
 from .bench.timing import log
-from .bench.validate import FP8_KV, graph_check, merge_words_check, validate, validate_fp8, validate_production
+from .bench.validate import FP8_KV, graph_check, validate, validate_fp8, validate_production
 from .inputs import make_case
 from .ops import TIERS, verify_attention
 
@@ -164,14 +164,12 @@ def main(argv=None) -> int:
             v["graph"] = graph_check(a.tol)
             if "fp8" in v and "error" not in v["fp8"]:
                 v["fp8"]["graph"] = graph_check(a.tol, kv_dtype=FP8_KV)
-            v["merge_words"] = merge_words_check(a.tol)
         v.update(info)
         write_json(out, "validation", v, info)
         sg = v["sglang"]["cases"]
         summary.append(f"validation: {v['n_cases']} cases, all_pass={v['all_pass']}, worst rel_err "
                        f"{v['worst']['rel_err']:.2e}, vs SGLang max {max((c['rel_err_vs_sglang'] for c in sg), default=float('nan')):.2e}"
-                       f", graph replay pass={v.get('graph', {}).get('all_pass')}, merge words "
-                       f"pass={v.get('merge_words', {}).get('all_pass')}")
+                       f", graph replay pass={v.get('graph', {}).get('all_pass')}")
         f8 = v.get("fp8")
         if f8 is not None:
             sg8 = f8.get("sglang", {}).get("cases", [])

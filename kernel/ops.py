@@ -121,15 +121,7 @@ class Workspace:
         # one resident CTA per SM (253 registers x 256 threads); the schedule fills one wave
         self.target_ctas = int(target_ctas or torch.cuda.get_device_properties(device).multi_processor_count)
         nbytes = self.lib.mla_verify_workspace_bytes(self.target_ctas, self.max_bs)
-        # zeroed: the merge's ready words and counts at its end must start at zero (each merge
-        # leaves them so); the partials need no initial value
-        self.buffer = torch.zeros(nbytes, dtype=torch.uint8, device=device)
-
-    def merge_words(self) -> torch.Tensor:
-        """The merge's ready words and per-row-tile counts (int32 view, at the buffer's end): zero
-        after every completed call, whatever its tier, mode or shape."""
-        n = int(self.lib.mla_verify_merge_words(self.target_ctas))
-        return self.buffer[self.buffer.numel() - 4 * n:].view(torch.int32)
+        self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
 
 
 _WORKSPACES: dict[torch.device, Workspace] = {}

@@ -220,11 +220,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # production against it (...T1839-pdl-confirm.json): the merged call 0.5-1.5 us faster at T = 1-32
     # on both pools, except rows64d at the centre, a tie
     "pdl_at_exit": (("MLAV_NO_PDL_TRIGGER",), (8, 6, 4, 1)),
-    # the merge summing each group of splits once their ready words are set (combine.cuh, MERGE_AS_LANDED;
-    # prepared in the seventeenth session, which had no device): only the call with its merge (--merge)
-    # can differ, and its output must be the same bit for bit (each thread sums its splits in the same
-    # order)
-    "merge_as_landed": (("MLAV_MERGE_AS_LANDED",), (8, 9, 6, 4, 1)),
 }
 # builds whose split boundaries differ from production's where a request has a tail row tile, so
 # that their merge rounds differently: held to production's output within REL_TOL (relative

@@ -1,16 +1,15 @@
 """Where a call's time goes, phase by phase (`gpu_run --stages trace`): the diagnostic build
 (-DMLAV_TRACE, sm_90 only, compiled on the GPU machine) has thread 0 of every CTA record
 %globaltimer at fixed points of the verify kernel (0 entry, 1 schedule planned, 2 first tile's
-loop, 3 loop done, 4 result stored) and of the merge (0 entry, 1 past griddepcontrol.wait, or
-with MLAV_MERGE_AS_LANDED its request's row of the schedule computed, 2 splits summed, 3
-stored). One call, replayed alone in a CUDA graph as SGLang runs it; the medians over REPS
-replays of: the verify kernel's launch spread, plan, prologue, loop (fastest, median and slowest
-CTA: the tail), epilogue; the merge's start, wait, loop and end after the last verify CTA ended;
-and the whole span from the first CTA's entry to the merge's last store, next to the
-graph-replayed time of the same call; whether the CTAs that start last also store last (the
-correlation of their start and store times), the last store after the median one, how much
-longer the loops of the CTAs dispatched second on an SM run, and every working CTA's times of
-the last replay. Times in us; the timer ticks every ~32 ns.
+loop, 3 loop done, 4 result stored) and of the merge (0 entry, 1 past griddepcontrol.wait,
+2 splits summed, 3 stored). One call, replayed alone in a CUDA graph as SGLang runs it; the
+medians over REPS replays of: the verify kernel's launch spread, plan, prologue, loop (fastest,
+median and slowest CTA: the tail), epilogue; the merge's start, wait, loop and end after the
+last verify CTA ended; and the whole span from the first CTA's entry to the merge's last store,
+next to the graph-replayed time of the same call; whether the CTAs that start last also store
+last (the correlation of their start and store times), the last store after the median one, how
+much longer the loops of the CTAs dispatched second on an SM run, and every working CTA's times
+of the last replay. Times in us; the timer ticks every ~32 ns.
 
     python -m kernel.bench.trace --out DIR                                # CASES, production's code
     python -m kernel.bench.trace --define MLAV_NO_PDL_TRIGGER --cases 185000:8:8:bf16 --out DIR
@@ -127,7 +126,7 @@ def run(cases=CASES, defines=()) -> dict:
     n_ctas, n_pts = dims[0], dims[1]
     host = (ctypes.c_ulonglong * (2 * n_ctas * n_pts))()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ws = torch.zeros(lib.mla_verify_workspace_bytes(sms, 64), dtype=torch.uint8, device="cuda")   # the merge's words: zero
+    ws = torch.empty(lib.mla_verify_workspace_bytes(sms, 64), dtype=torch.uint8, device="cuda")
     rows = []
     for S, T, H, kv in cases:
         pool = KV_DTYPE_NAMES[kv]

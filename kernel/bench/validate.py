@@ -12,9 +12,8 @@ import torch
 
 from ..fp8 import FP8, FP8_NAN_BYTES
 from ..inputs import ddtree_case, dflash_case, make_case, random_case
-from ..ops import FP8_TIERS, TIERS, get_workspace, launch, pick_tier, verify_attention
+from ..ops import FP8_TIERS, TIERS, get_workspace, pick_tier, verify_attention
 from ..reference import verify_attention_reference
-from .micro import MODE_NO_MERGE
 from .timing import capture_graph, log, rel_err
 
 FP8_KV = "fp8_e4m3"
@@ -98,24 +97,12 @@ def run_checked(case, ref, tol: float, tier=None) -> dict:
     verify_attention(*case.args(), **case.kwargs(), out=o, lse_out=lse, max_draft_len=max(case.meta["draft_lens"]),
                      tier=tier)
     nan = int(torch.isnan(o).sum()) + int(torch.isnan(lse).sum())
-    words = words_left(case.q.device)
     e, el = rel_err(o, ref[0]), rel_err(lse, ref[1])
     # rows that see no key (a padding node over an empty prefix): lse -inf exactly where the
     # oracle's is (rel_err compares the finite ones only)
     inf_ok = bool(torch.equal(torch.isneginf(lse).cpu(), torch.isneginf(ref[1]).cpu()))
     return {"tier": default_tier(case) if tier is None else tier, "rel_err": e, "lse_rel_err": el, "nan": nan > 0,
-            "unwritten": nan, "lse_inf_match": inf_ok, "merge_words_left": words,
-            "pass": nan == 0 and inf_ok and e <= tol and el <= tol and words == 0}
-
-
-def words_left(device) -> int:
-    """The merge's ready words and counts still set in the workspace after a call (must be 0: a
-    word left set lets a later call's merge read a partial before it is stored). 0 off CUDA devices,
-    where no kernel runs (the CPU tests' stand-in kernels)."""
-    if torch.device(device).type != "cuda":
-        return 0
-    torch.cuda.synchronize(device)
-    return int(get_workspace(device).merge_words().count_nonzero())
+            "unwritten": nan, "lse_inf_match": inf_ok, "pass": nan == 0 and inf_ok and e <= tol and el <= tol}
 
 
 def check_case(case, tol: float, other_tiers=()) -> dict:
@@ -426,7 +413,7 @@ def _graph_check_one(tol: float, H: int, max_draft_len, tier, kv_dtype: str = "a
         c = load(seed)
         o.fill_(float("nan")); lse.fill_(float("nan"))
         g.replay()
-        words = words_left(dev)
+        torch.cuda.synchronize()
         replay_o, replay_lse = o.clone(), lse.clone()
         o.fill_(float("nan"))
         call()
@@ -438,40 +425,5 @@ def _graph_check_one(tol: float, H: int, max_draft_len, tier, kv_dtype: str = "a
                      else tier, "prefix_lens": c.meta["prefix_lens"], "tree": c.meta["tree"],
                      "page_size": c.meta["page_size"], "max_abs_diff_vs_eager": diff, "rel_err": e,
                      "nan": bool(torch.isnan(replay_o).any() or torch.isnan(replay_lse).any()),
-                     "merge_words_left": words, "pass": diff == 0.0 and e <= tol and words == 0,
-                     **(dict(kv_dtype=kv_dtype, **scales) if fp8 else {})})
+                     "pass": diff == 0.0 and e <= tol, **(dict(kv_dtype=kv_dtype, **scales) if fp8 else {})})
     return rows
-
-
-
-def merge_words_check(tol: float, lib=None) -> dict:
-    """The merge's ready words (MERGE_AS_LANDED builds; production stores none) across calls, per
-    tier and pool: a call with its merge, one without (MODE_NO_MERGE, which must store no word: its
-    partials are never merged), then one with, each on its own inputs and the last one's output
-    against the oracle; once with the words read after every call (all zero), once back to back on
-    the stream. Each request has a long prefix, so every row tile has many splits (many words).
-    `lib`: a diagnostic build (`build.load(defines=("MLAV_MERGE_AS_LANDED",))`) instead of production."""
-    rows = []
-    ws = get_workspace("cuda")
-    for kv_dtype, tiers in (("auto", sorted(TIERS)), (FP8_KV, FP8_TIERS)):
-        for tier in tiers:
-            cases = [make_case([30_000 + 997 * i, 7_000], [8, 6], 8, tree="random", seed=7000 + 10 * tier + i,
-                               device="cuda", kv_dtype=kv_dtype) for i in range(3)]
-            for synced in (True, False):
-                outs, left = [], []
-                for case, mode in zip(cases, (0, MODE_NO_MERGE, 0)):
-                    N, H = case.q.shape[:2]
-                    o = torch.full((N, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
-                    lse = torch.full((N, H), float("nan"), dtype=torch.float32, device="cuda")
-                    launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
-                           lib=lib, **case.kwargs())
-                    outs.append((o, lse))
-                    if synced:
-                        left.append(words_left("cuda"))
-                left.append(words_left("cuda"))
-                ref = verify_attention_reference(*cases[2].args(), **cases[2].kwargs())
-                e, el = rel_err(outs[2][0], ref[0]), rel_err(outs[2][1], ref[1])
-                rows.append({"kv_dtype": kv_dtype, "tier": tier, "synced": synced, "words_left": left,
-                             "rel_err": e, "lse_rel_err": el,
-                             "pass": e <= tol and el <= tol and not any(left)})
-    return {"cases": rows, "all_pass": all(r["pass"] for r in rows)}

@@ -8,12 +8,6 @@
 // (tiers of 8 and 16 rows: T = 1, 2) have few merge CTAs for their many splits, so their rows
 // take 8 slices of 64 columns, others 4 of 128. Rows of requests with a single split were written by the
 // main kernel, as were those of a tail row tile with one split (rows64d's tail splits: plan_item).
-// MERGE_AS_LANDED (verify_common.cuh; opt-in): the merge is launched while the last verify CTAs finish
-// (PDL), computes its request's row of the schedule itself (plan_scan: the table CTA 0 writes is
-// not ordered before anything the merge can wait on), and reads each group of splits once their
-// ready words are set, so the splits stored early are summed while the last ones are computed.
-// griddepcontrol.wait moves to the end: the merge's grid must not complete before the verify
-// grid, whose stores (the rows of single-split requests) the next kernel reads.
 #pragma once
 #include "verify_common.cuh"
 
@@ -35,20 +29,7 @@ struct CombineShape {
   static constexpr int UNR = FEW ? 9 : 4;         // splits in flight per thread
 };
 
-// The merge's polls give up after this many sleeps of ~0.1 us (seconds): a schedule the verify
-// kernel did not run would otherwise hang the stream; a trap fails the call instead
-constexpr unsigned SPIN_LIMIT = 1u << 25;
-
-// MERGE_AS_LANDED: every CTA passes griddepcontrol.wait before it exits (see the header); at wait
-// it did so before its first read
-__device__ __forceinline__ void wait_verify_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (MERGE_AS_LANDED) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-// TQ: the TAIL_Q of the verify kernel's plan_item, which the merge's own plan repeats (MERGE_AS_LANDED)
-template <int BMR, bool FEW, int TQ = 4>
+template <int BMR, bool FEW>
 __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   using C = CombineShape<BMR, FEW>;
   __shared__ __align__(16) float acc_s[C::GROUPS * C::COLS];   // [group][column] partial sums
@@ -56,7 +37,6 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   __shared__ float inv_tot;
   __shared__ int req;
   __shared__ long long qo_start;
-  __shared__ __align__(8) int plan_s[48];   // MERGE_AS_LANDED: plan_scan's scratch, then this request's row at [40, 45)
   const int row = blockIdx.x / C::SL;         // flat row n * H + h
   const int slice = blockIdx.x % C::SL;
   const int n = row / p.H;
@@ -70,46 +50,25 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // launched as a programmatic dependent of the verify kernel (sm_90+, PDL): the lines above
-  // read only inputs; at wait, the table and the partials below are the verify kernel's, so wait
-  // for its completion here (without the launch attribute this returns at once)
-  if constexpr (!MERGE_AS_LANDED) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // read only inputs; the table and the partials below are the verify kernel's, so wait for
+  // its completion here (without the launch attribute this returns at once)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   __syncthreads();
-  const int b = req;
-  if constexpr (MERGE_AS_LANDED) {
-    if (b < 0) { wait_verify_grid(); return; }
-    // this request's row of the schedule, from the sequence lengths as plan_item derives it
-    int b0, b1, item_excl, part_excl;
-    const Plan<BMR, TQ> pl = plan_scan<BMR, CT, TQ, false>(p, plan_s, b0, b1, item_excl, part_excl);
-    for (int bb = b0; bb < b1; ++bb) {
-      const Req r = load_req(p, bb);
-      const int nrt_b = pl.row_tiles(r), ns_b = pl.splits(r, nrt_b);
-      if (bb == b) {
-        plan_s[40] = ns_b; plan_s[41] = nrt_b; plan_s[42] = part_excl;
-        plan_s[43] = TQ < 4 ? pl.splits_t(r, nrt_b) : 0; plan_s[44] = r.T;
-      }
-      part_excl += ns_b > 1 ? (TQ < 4 ? pl.items_t(r, nrt_b, ns_b) : nrt_b * ns_b) : 0;
-    }
-    __syncthreads();
-  }
   MLAV_TRACE_AT(TRACE_MERGE, 1);
+  const int b = req;
   if (b < 0) return;
-  int ns_full, nrt, base, ns_t;
-  if constexpr (MERGE_AS_LANDED) {
-    ns_full = plan_s[40]; nrt = plan_s[41]; base = plan_s[42]; ns_t = plan_s[43];
-  } else {
-    ns_full = p.table[4 * b + 0]; nrt = p.table[4 * b + 1]; base = p.table[4 * b + 2];
-    const int t3 = p.table[4 * b + 3];
-    ns_t = t3 < 0 ? -t3 : 0;                // the tail row tile's splits (plan_item's TAIL_Q), or 0
-  }
-  if (ns_full <= 1) { wait_verify_grid(); return; }
+  const int ns_full = p.table[4 * b + 0], nrt = p.table[4 * b + 1], base = p.table[4 * b + 2];
+  const int t3 = p.table[4 * b + 3];
+  const int ns_t = t3 < 0 ? -t3 : 0;        // the tail row tile's splits (plan_item's TAIL_Q), or 0
+  if (ns_full <= 1) return;
   const int local = (int)((n - qo_start) * p.H + row % p.H);
   const int rt = local / BMR, ri = local % BMR;
   // slots: split s of full row tile rt at base + s * nf + rt, then the tail's ns_t at base + nf * ns
   const int nf = nrt - (ns_t > 0);
   const bool tail = rt >= nf;
   const int ns = tail ? ns_t : ns_full;
-  if (ns <= 1) { wait_verify_grid(); return; }   // the verify kernel wrote this row tile's output
+  if (ns <= 1) return;                      // the verify kernel wrote this row tile's output
   const long long first = tail ? base + (long long)nf * ns_full : base + rt;
   const int stride = tail ? 1 : nf;
   const int g = warp * (32 / C::LPS) + lane / C::LPS;   // this thread's split group
@@ -119,22 +78,6 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.f;
   for (int s0 = g; s0 < ns; s0 += C::GROUPS * C::UNR) {
-    if constexpr (MERGE_AS_LANDED) {
-      // the group's partials are read once all their ready words are set: relaxed polls, then one
-      // acquire fence for them all (an acquire load each would serialise the polls)
-      for (unsigned spins = 0;; ++spins) {
-        bool all = true;
-#pragma unroll
-        for (int u = 0; u < C::UNR; ++u) {
-          const int s = s0 + u * C::GROUPS;
-          if (s < ns) all &= ld_relaxed_gpu(p.ready + first + (long long)s * stride) != 0u;
-        }
-        if (all) break;
-        if (spins >= SPIN_LIMIT) __trap();
-        __nanosleep(100);
-      }
-      fence_acq_rel_gpu();
-    }
     uint4 raw[C::UNR];
     float l[C::UNR];
 #pragma unroll
@@ -176,15 +119,6 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   mine[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
   if (ch == 0) { m_s[g] = m; w_s[g] = wsum; }
   __syncthreads();
-  // every thread of this CTA is done with the row tile's ready words: count it in (warp 1, idle
-  // until the next barrier); the row tile's last reader clears its words at the end
-  unsigned done_before = 0;
-  if constexpr (MERGE_AS_LANDED) {
-    if (tid == 32) {
-      fence_acq_rel_gpu();
-      done_before = atomicAdd(p.readers + first, 1u);
-    }
-  }
   if (warp == 0) {
     const float mg = lane < C::GROUPS ? m_s[lane] : -INFINITY;
     const float M = warp_max(mg);
@@ -207,20 +141,6 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
     p.o[(long long)row * DV + slice * C::COLS + tid] = __float2bfloat16_rn(a * inv_tot);
   }
   MLAV_TRACE_AT(TRACE_MERGE, 3);
-  if constexpr (MERGE_AS_LANDED) {
-    if (warp == 1) {
-      // readers of a row tile: its rows (a request's last row tile may hold fewer) x column slices
-      const long long rows_req = (long long)plan_s[44] * p.H;
-      const int readers = (int)min((long long)BMR, rows_req - (long long)rt * BMR) * C::SL;
-      done_before = __shfl_sync(0xffffffffu, done_before, 0);
-      if (done_before == (unsigned)readers - 1u) {
-        fence_acq_rel_gpu();   // after every other reader's count (and so its polls): the next call starts clean
-        for (int s = lane; s < ns; s += 32) p.ready[first + (long long)s * stride] = 0u;
-        if (lane == 0) p.readers[first] = 0u;
-      }
-    }
-    wait_verify_grid();
-  }
 }
 
 }  // namespace mlav

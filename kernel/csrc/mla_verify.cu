@@ -32,10 +32,6 @@ using namespace mlav;
 constexpr int CAP_MULT = 4;
 size_t table_bytes(int max_bs) { return ((size_t)max_bs * 4 * sizeof(int) + 255) / 256 * 256; }
 size_t lse_floats(int target_ctas) { return (size_t)CAP_MULT * target_ctas * rows64::BM; }
-// the merge's ready words and per-row-tile counts (MERGE_AS_LANDED): one each per partial slot; they
-// must be zero when the workspace is first used (the Python Workspace allocates it zeroed) and every
-// merge leaves them zero
-size_t word_bytes(int target_ctas) { return (size_t)CAP_MULT * target_ctas * sizeof(unsigned); }
 int rows_of_tier(int tier) { return tier == 0 || tier == 9 ? rows64::BM : tier == 6 ? 32 : 8 * tier; }   // tier 8: 64
 
 // The >48 KB opt-in is per device and per kernel; set it once, outside any later graph capture.
@@ -61,7 +57,7 @@ int blocks_per_sm(K kernel, int smem, int dev, int* cache, int threads = NTHREAD
 // The small tier (bf16 pool) or its fp8 copy (tier_small8.cuh), whose copy the mode bits pick
 // (copy_kind). The bf16 tier reads them at run time in its one copy.
 template <int NT, bool FP8>
-cudaError_t launch_small(Params& p, int num_tokens, int bs, cudaStream_t st, int dev) {
+cudaError_t launch_small(Params p, int num_tokens, int bs, cudaStream_t st, int dev) {
   static bool done[4][64] = {};
   static int occ[4][64] = {};
   constexpr int smem = FP8 ? small8::Layout<NT>::SMEM : small::Layout<NT>::SMEM;
@@ -92,13 +88,10 @@ bool pdl_capable(int dev) {
   return m >= 9;
 }
 
-// sms: the SM count (p.target_ctas is the verify launch's, scaled by its CTAs per SM, which the
-// merge's plan repeats).
-// tq: the TAIL_Q of the verify kernel's plan_item (4 unless rows64d's tail kernels ran), which the
-// merge's own plan must repeat (MERGE_AS_LANDED)
-template <int BMR, int TQ = 4>
-cudaError_t launch_combine(const Params& p, long long rows, int sms, cudaStream_t st, bool pdl) {
-  const bool few = rows * CombineShape<BMR, true>::SL <= 2LL * sms;
+// p.target_ctas is still the SM count here (each tier's launch scales its own copy).
+template <int BMR>
+cudaError_t launch_combine(const Params& p, long long rows, cudaStream_t st, bool pdl) {
+  const bool few = rows * CombineShape<BMR, true>::SL <= 2LL * p.target_ctas;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)(rows * (few ? CombineShape<BMR, true>::SL : CombineShape<BMR, false>::SL)));
   cfg.blockDim = dim3(CT);
@@ -109,8 +102,8 @@ cudaError_t launch_combine(const Params& p, long long rows, int sms, cudaStream_
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  cudaError_t err = few ? cudaLaunchKernelEx(&cfg, mla_verify_combine<BMR, true, TQ>, p)
-                        : cudaLaunchKernelEx(&cfg, mla_verify_combine<BMR, false, TQ>, p);
+  cudaError_t err = few ? cudaLaunchKernelEx(&cfg, mla_verify_combine<BMR, true>, p)
+                        : cudaLaunchKernelEx(&cfg, mla_verify_combine<BMR, false>, p);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
@@ -122,9 +115,8 @@ cudaError_t launch_combine(const Params& p, long long rows, int sms, cudaStream_
 // rows64d's tail kernels (tier_rowsd.cuh, TAIL) where every request's rows end in a tail as far as
 // the launch's static shape says (num_tokens / bs tokens each: DDTree's padded D); a ragged batch
 // runs the others, which are correct for any shape. Graph-safe: num_tokens and bs are a graph's own.
-// *tq: the TAIL_Q its plan ran with (for the merge's plan).
 template <int HALVES, bool FP8>
-cudaError_t launch_rowsd(Params& p, int num_tokens, int bs, cudaStream_t st, int dev, bool parts, int* tq) {
+cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int dev, bool parts) {
   using Lo = rowsd::Layout<HALVES, FP8>;
   static bool done[6][64] = {};
   static int occ[6][64] = {};
@@ -143,7 +135,6 @@ cudaError_t launch_rowsd(Params& p, int num_tokens, int bs, cudaStream_t st, int
                      : rowsd::mla_verify_kernel_rowsd<2, MATH_ALONE, true>;
   }
   const int slot = tails ? (kind == PROD ? 4 : 5) : kind;
-  *tq = tails && rowsd::TAIL >= 2 ? (FP8 ? rowsd::TAIL_Q_FP8 : rowsd::TAIL_Q) : 4;
   const K kernel = kernels[slot];
   cudaError_t err = allow_smem(kernel, Lo::SMEM, dev, done[slot]);
   if (err != cudaSuccess) return err;
@@ -215,13 +206,8 @@ int mla_verify_tier_smem_bytes_fp8(int tier) {
 // Workspace for a device with `target_ctas` resident CTAs and up to `max_bs` requests
 // (sized for the tier with the most rows per tile; bf16 partials).
 long long mla_verify_workspace_bytes(int target_ctas, int max_bs) {
-  return (long long)(table_bytes(max_bs) + lse_floats(target_ctas) * sizeof(float) + lse_floats(target_ctas) * DV * 2 +
-                     2 * word_bytes(target_ctas));
+  return (long long)(table_bytes(max_bs) + lse_floats(target_ctas) * sizeof(float) + lse_floats(target_ctas) * DV * 2);
 }
-
-// The merge's ready words and counts (uint32) at the end of the workspace: every completed call
-// leaves them zero (validation checks it).
-long long mla_verify_merge_words(int target_ctas) { return (long long)(2 * word_bytes(target_ctas) / sizeof(unsigned)); }
 
 
 // Launches the verify kernel of `tier` and the merge of split partials on `stream`. Returns a
@@ -260,9 +246,6 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   p.part_cap = 2 * target_ctas;   // the small tier raises it with its CTAs per SM
   p.part_lse = reinterpret_cast<float*>(ws + table_bytes(max_bs));
   p.part_o = reinterpret_cast<__nv_bfloat16*>(p.part_lse + lse_floats(target_ctas));
-  // a launch without its merge stores no ready word: none may be left set for a later merge
-  p.ready = mode & MODE_NO_MERGE ? nullptr : reinterpret_cast<unsigned*>(p.part_o + lse_floats(target_ctas) * DV);
-  p.readers = reinterpret_cast<unsigned*>(p.part_o + lse_floats(target_ctas) * DV) + (size_t)CAP_MULT * target_ctas;
   p.target_ctas = target_ctas;
   p.mode = mode;
   p.kv8 = kv_fp8 ? static_cast<const uint8_t*>(kv) : nullptr;
@@ -272,7 +255,6 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return (int)err;
-  int tq = 4;   // the TAIL_Q of the verify kernel's plan (launch_rowsd's tail kernels)
   if (tier == 0) {
     static bool done[64] = {};
     err = allow_smem(rows64::mla_verify_kernel_rows64, rows64::SMEM_BYTES, dev, done);
@@ -282,10 +264,10 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
     err = cudaGetLastError();
   } else if (tier == 6 || tier == 8) {
     const bool parts = mode & MODE_PARTS;
-    if (kv_fp8) err = tier == 6 ? launch_rowsd<1, true>(p, num_tokens, bs, st, dev, parts, &tq)
-                                : launch_rowsd<2, true>(p, num_tokens, bs, st, dev, parts, &tq);
-    else err = tier == 6 ? launch_rowsd<1, false>(p, num_tokens, bs, st, dev, parts, &tq)
-                         : launch_rowsd<2, false>(p, num_tokens, bs, st, dev, parts, &tq);
+    if (kv_fp8) err = tier == 6 ? launch_rowsd<1, true>(p, num_tokens, bs, st, dev, parts)
+                                : launch_rowsd<2, true>(p, num_tokens, bs, st, dev, parts);
+    else err = tier == 6 ? launch_rowsd<1, false>(p, num_tokens, bs, st, dev, parts)
+                         : launch_rowsd<2, false>(p, num_tokens, bs, st, dev, parts);
   } else if (tier == 9) {
     err = launch_rows64d_pair(p, num_tokens, bs, st, dev,
                               (mode & MODE_PARTS) ? 1 : 0);
@@ -300,13 +282,10 @@ int mla_verify_launch(const void* q, const void* kv, long long kv_stride, const 
   if (mode & MODE_NO_MERGE) return 0;
   const long long rows = (long long)num_tokens * H;
   const bool pdl = !(mode & MODE_NO_PDL) && pdl_capable(dev);
-  static_assert(rowsd::TAIL_Q_FP8 == 4 || rowsd::TAIL_Q_FP8 == rowsd::TAIL_Q, "launch_combine: one tail TQ instantiated");
-  if (tier == 0 || tier == 8 || tier == 9)
-    err = tq == 4 ? launch_combine<rows64::BM>(p, rows, target_ctas, st, pdl)
-                  : launch_combine<rows64::BM, rowsd::TAIL_Q>(p, rows, target_ctas, st, pdl);
-  else if (tier == 6 || tier == 4) err = launch_combine<32>(p, rows, target_ctas, st, pdl);
-  else if (tier == 1) err = launch_combine<8>(p, rows, target_ctas, st, pdl);
-  else err = launch_combine<16>(p, rows, target_ctas, st, pdl);
+  if (tier == 0 || tier == 8 || tier == 9) err = launch_combine<rows64::BM>(p, rows, st, pdl);
+  else if (tier == 6 || tier == 4) err = launch_combine<32>(p, rows, st, pdl);
+  else if (tier == 1) err = launch_combine<8>(p, rows, st, pdl);
+  else err = launch_combine<16>(p, rows, st, pdl);
   return (int)err;
 }
 

@@ -243,7 +243,6 @@ __global__ void __launch_bounds__(NTHREADS, 1) mla_verify_kernel_rows64(const Pa
       if (c == 0 && qd == 0) p.part_lse[(long long)it.part_slot * BM + tr] = lse2[h];
     }
   }
-  publish_partial(p, it, threadIdx.x);
 }
 
 }  // namespace rows64

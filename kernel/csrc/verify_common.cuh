@@ -86,28 +86,6 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// The merge as landed (opt-in, not yet measured: -DMLAV_MERGE_AS_LANDED; overlap's merge_as_landed): the
-// merge sums each group of splits once their partials are stored (combine.cuh) instead of after the
-// whole verify grid: each verify CTA that stores a partial then sets its slot's ready word
-// (publish_partial), the merge polls the words of the splits it is about to read, and the merge's last
-// reader of a row tile clears them. Production (without the macro): the merge reads every partial
-// after griddepcontrol.wait and no word is stored; its machine code and the verify kernels' are those
-// of before the words existed.
-#ifdef MLAV_MERGE_AS_LANDED
-constexpr bool MERGE_AS_LANDED = true;
-#else
-constexpr bool MERGE_AS_LANDED = false;
-#endif
-__device__ __forceinline__ void st_release_gpu(unsigned* a, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(a), "r"(v) : "memory");
-}
-__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
-__device__ __forceinline__ unsigned ld_relaxed_gpu(const unsigned* a) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(a) : "memory");
-  return v;
-}
-
 // Where rowsd's warps wait, in the diagnostic build only (-DMLAV_BARWAIT: kernel/bench/barwait.py):
 // each warp sums the SM clocks it spends in the loop-top cp.async wait, the loop-top CTA barrier,
 // its half's named barriers and the whole loop, and counts its tiles; lane 0 adds them into
@@ -145,11 +123,6 @@ struct Params {
   const uint8_t* kv8;            // pool rows as e4m3 bytes, stride kv_stride bytes
   float kscale_log2;             // sm_scale * k_scale * log2(e): the prefix logits
   float v_scale;                 // multiplies the prefix part of P.V (applied to P)
-  // the merge's ready words (MERGE_AS_LANDED only; appended, as above): one per partial slot, set by the
-  // verify CTA that stored the partial, cleared by the merge; null when no merge follows
-  // (MODE_NO_MERGE), so that no word is left set for a later call's merge
-  unsigned* ready;               // [part_cap]
-  unsigned* readers;             // [part_cap]: per row tile, at its first split's slot: merge CTAs done with its words
 };
 
 __device__ __forceinline__ long long ld_index(const void* p, int is64, long long i) {
@@ -288,121 +261,6 @@ struct Item {
   long long kv0, m0;   // kv_indptr[b], mask_indptr[b]
 };
 
-// The schedule's arithmetic on one request, shared by plan_item and the merge (combine.cuh), which
-// computes its own request's row of the table instead of waiting for CTA 0's: `chunk` and `chunk_t`
-// come from plan_scan.
-struct Req { long long kv0, qo0; int S, T; };
-__device__ __forceinline__ Req load_req(const Params& p, int b) {
-  Req r;
-  r.kv0 = ld_index(p.kv_indptr, p.kv_indptr_64, b);
-  r.qo0 = ld_index(p.qo_indptr, p.qo_indptr_64, b);
-  r.S = (int)(ld_index(p.kv_indptr, p.kv_indptr_64, b + 1) - r.kv0);
-  r.T = (int)(ld_index(p.qo_indptr, p.qo_indptr_64, b + 1) - r.qo0);
-  return r;
-}
-template <int BMR, int TAIL_Q>
-struct Plan {
-  const Params& p;
-  unsigned chunk, chunk_t;
-  __device__ __forceinline__ int row_tiles(const Req& r) const { return (int)(((long long)r.T * p.H + BMR - 1) / BMR); }
-  // 1 where the request's last row tile is a tail (with TAIL_Q < 4), else 0
-  __device__ __forceinline__ int tail_of(const Req& r, int nrt) const {
-    return nrt >= 2 && (long long)r.T * p.H - (long long)(nrt - 1) * BMR <= BMR / 2 ? 1 : 0;
-  }
-  __device__ __forceinline__ int splits(const Req& r, int nrt) const {
-    return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0;
-  }
-  // TAIL_Q < 4: the tail row tile's splits; a request's items, ns x (nrt - tail) full ones, then ns_t of the tail
-  __device__ __forceinline__ int splits_t(const Req& r, int nrt) const {
-    return tail_of(r, nrt) ? (int)(((unsigned)(r.S + r.T) + chunk_t - 1) / chunk_t) : 0;
-  }
-  __device__ __forceinline__ int items_t(const Req& r, int nrt, int ns) const {
-    return (nrt - tail_of(r, nrt)) * ns + splits_t(r, nrt);
-  }
-};
-
-// Passes 1 and 2 of the schedule (plan_item): the split lengths, this thread's requests [b0, b1),
-// and the items and partial slots of the requests before them (item_excl, part_excl). ITEM:
-// plan_item's call, whose item (smem_i + 40) is marked empty before pass 1. (The statements keep
-// plan_item's order from before they were shared: its machine code stayed the same.)
-template <int BMR, int THREADS, int TAIL_Q, bool ITEM>
-__device__ __forceinline__ Plan<BMR, TAIL_Q> plan_scan(const Params& p, int* smem_i, int& b0, int& b1,
-                                                       int& item_excl, int& part_excl) {
-  constexpr int W = THREADS / 32;
-  static_assert(W <= 8, "plan_scan's scratch holds 8 warps");
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int* nrt_w = smem_i;                                          // [8] row tiles per warp
-  long long* work_w = reinterpret_cast<long long*>(smem_i + 8);   // [8] work per warp
-  long long* scan_w = reinterpret_cast<long long*>(smem_i + 24);  // [8] packed (items, parts)
-  int* found = smem_i + 40;                                     // 24 ints: plan_item's item
-  const int per = (p.bs + THREADS - 1) / THREADS;
-  b0 = tid * per;
-  b1 = min(p.bs, b0 + per);
-  if (ITEM && tid == 0) found[0] = -1;
-  // pass 1: total work and row tiles, one barrier
-  int nrt_sum = 0;
-  long long work = 0;
-  Plan<BMR, TAIL_Q> pl{p, 0u, 0u};
-  for (int b = b0; b < b1; ++b) {
-    const Req r = load_req(p, b);
-    const int nrt = pl.row_tiles(r);
-    if constexpr (TAIL_Q < 4)   // in quarters of a full row tile's work
-      work += (long long)(4 * nrt - (4 - TAIL_Q) * pl.tail_of(r, nrt)) * (r.S + r.T);
-    else
-      work += (long long)nrt * (r.S + r.T);
-    nrt_sum += nrt;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    work += __shfl_xor_sync(0xffffffffu, work, o);
-    nrt_sum += __shfl_xor_sync(0xffffffffu, nrt_sum, o);
-  }
-  if (lane == 0) { work_w[warp] = work; nrt_w[warp] = nrt_sum; }
-  __syncthreads();
-  long long total = 0, U = 0;
-#pragma unroll
-  for (int w = 0; w < W; ++w) { total += work_w[w]; U += nrt_w[w]; }
-  // every request rounds its split count up, at most one extra item per row tile, so aiming
-  // at (target - U) items keeps the whole schedule within one wave
-  long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U)
-                                        : (1LL << 40);   // more row tiles than CTAs: one split each
-  if constexpr (TAIL_Q < 4) {   // total is in quarters
-    if (U < p.target_ctas) chunk64 = (total + 4 * (p.target_ctas - U) - 1) / (4 * (p.target_ctas - U));
-  }
-  if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
-  // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
-  // per-request divisions 32-bit
-  pl.chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
-  // TAIL_Q < 4: the tail row tile's chunk, 4 / TAIL_Q times the full ones', rounded up to BN
-  pl.chunk_t = (unsigned)(min(((long long)pl.chunk * 4 + TAIL_Q - 1) / TAIL_Q, 1LL << 31) + BN - 1) / BN * BN;
-  // pass 2: items and partial slots per request, one packed exclusive scan, one barrier
-  long long packed = 0;                        // items << 32 | parts; each stays below 2^31
-  for (int b = b0; b < b1; ++b) {
-    const Req r = load_req(p, b);
-    const int nrt = pl.row_tiles(r), ns = pl.splits(r, nrt);
-    if constexpr (TAIL_Q < 4) {
-      const int n_items = pl.items_t(r, nrt, ns);
-      packed += ((long long)n_items << 32) | (unsigned)(ns > 1 ? n_items : 0);
-    } else {
-      packed += ((long long)(nrt * ns) << 32) | (unsigned)(ns > 1 ? nrt * ns : 0);
-    }
-  }
-  long long incl = packed;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const long long y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  if (lane == 31) scan_w[warp] = incl;
-  __syncthreads();
-  long long excl = incl - packed;
-#pragma unroll
-  for (int w = 0; w < W; ++w) excl += w < warp ? scan_w[w] : 0;
-  item_excl = (int)(excl >> 32);
-  part_excl = (int)(excl & 0xffffffffLL);
-  return pl;
-}
-
 // Every CTA derives the whole schedule from the sequence lengths (under 2 us, no
 // extra launch) and picks its own item. Returns false when this CTA has no work.
 // A request's T_b * H query rows form nrt_b = ceil(T_b * H / BMR) row tiles. Splits: with
@@ -430,24 +288,108 @@ __device__ __forceinline__ Plan<BMR, TAIL_Q> plan_scan(const Params& p, int* sme
 template <int BMR, int THREADS = NTHREADS, int TAIL_Q = 4>
 __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   static_assert(TAIL_Q >= 1 && TAIL_Q <= 4, "plan_item: TAIL_Q is a tail split's cost in quarters");
+  constexpr int W = THREADS / 32;
+  static_assert(W <= 8, "plan_item's scratch holds 8 warps");
   MLAV_TRACE_AT(TRACE_VERIFY, 0);
-  int b0, b1, item_excl, part_excl;
-  const Plan<BMR, TAIL_Q> pl = plan_scan<BMR, THREADS, TAIL_Q, true>(p, smem_i, b0, b1, item_excl, part_excl);
-  int* found = smem_i + 40;                                     // 24 ints: the item (plan_scan)
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int* nrt_w = smem_i;                                          // [8] row tiles per warp
+  long long* work_w = reinterpret_cast<long long*>(smem_i + 8);   // [8] work per warp
+  long long* scan_w = reinterpret_cast<long long*>(smem_i + 24);  // [8] packed (items, parts)
+  int* found = smem_i + 40;                                     // 24 ints: the item
+  const int per = (p.bs + THREADS - 1) / THREADS;
+  const int b0 = tid * per, b1 = min(p.bs, b0 + per);
+  struct Req { long long kv0, qo0; int S, T; };
+  auto load_req = [&](int b) {
+    Req r;
+    r.kv0 = ld_index(p.kv_indptr, p.kv_indptr_64, b);
+    r.qo0 = ld_index(p.qo_indptr, p.qo_indptr_64, b);
+    r.S = (int)(ld_index(p.kv_indptr, p.kv_indptr_64, b + 1) - r.kv0);
+    r.T = (int)(ld_index(p.qo_indptr, p.qo_indptr_64, b + 1) - r.qo0);
+    return r;
+  };
+  auto row_tiles = [&](const Req& r) { return (int)(((long long)r.T * p.H + BMR - 1) / BMR); };
+  // 1 where the request's last row tile is a tail (with TAIL_Q < 4), else 0
+  auto tail_of = [&](const Req& r, int nrt) {
+    return nrt >= 2 && (long long)r.T * p.H - (long long)(nrt - 1) * BMR <= BMR / 2 ? 1 : 0;
+  };
+  if (tid == 0) found[0] = -1;
+  // pass 1: total work and row tiles, one barrier
+  long long work = 0;
+  int nrt_sum = 0;
+  for (int b = b0; b < b1; ++b) {
+    const Req r = load_req(b);
+    const int nrt = row_tiles(r);
+    if constexpr (TAIL_Q < 4)   // in quarters of a full row tile's work
+      work += (long long)(4 * nrt - (4 - TAIL_Q) * tail_of(r, nrt)) * (r.S + r.T);
+    else
+      work += (long long)nrt * (r.S + r.T);
+    nrt_sum += nrt;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    work += __shfl_xor_sync(0xffffffffu, work, o);
+    nrt_sum += __shfl_xor_sync(0xffffffffu, nrt_sum, o);
+  }
+  if (lane == 0) { work_w[warp] = work; nrt_w[warp] = nrt_sum; }
+  __syncthreads();
+  long long total = 0, U = 0;
+#pragma unroll
+  for (int w = 0; w < W; ++w) { total += work_w[w]; U += nrt_w[w]; }
+  // every request rounds its split count up, at most one extra item per row tile, so aiming
+  // at (target - U) items keeps the whole schedule within one wave
+  long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U)
+                                        : (1LL << 40);   // more row tiles than CTAs: one split each
+  if constexpr (TAIL_Q < 4) {   // total is in quarters
+    if (U < p.target_ctas) chunk64 = (total + 4 * (p.target_ctas - U) - 1) / (4 * (p.target_ctas - U));
+  }
+  if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
+  // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
+  // per-request divisions 32-bit
+  const unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
+  auto splits = [&](const Req& r, int nrt) { return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0; };
+  // TAIL_Q < 4: the tail row tile's chunk, 4 / TAIL_Q times the full ones', rounded up to BN; its splits;
+  // a request's items, ns x (nrt - tail) full ones, then ns_t of the tail
+  const unsigned chunk_t = (unsigned)(min(((long long)chunk * 4 + TAIL_Q - 1) / TAIL_Q, 1LL << 31) + BN - 1) / BN * BN;
+  auto splits_t = [&](const Req& r, int nrt) { return tail_of(r, nrt) ? (int)(((unsigned)(r.S + r.T) + chunk_t - 1) / chunk_t) : 0; };
+  auto items_t = [&](const Req& r, int nrt, int ns) { return (nrt - tail_of(r, nrt)) * ns + splits_t(r, nrt); };
+  // pass 2: items and partial slots per request, one packed exclusive scan, one barrier
+  long long packed = 0;                        // items << 32 | parts; each stays below 2^31
+  for (int b = b0; b < b1; ++b) {
+    const Req r = load_req(b);
+    const int nrt = row_tiles(r), ns = splits(r, nrt);
+    if constexpr (TAIL_Q < 4) {
+      const int n_items = items_t(r, nrt, ns);
+      packed += ((long long)n_items << 32) | (unsigned)(ns > 1 ? n_items : 0);
+    } else {
+      packed += ((long long)(nrt * ns) << 32) | (unsigned)(ns > 1 ? nrt * ns : 0);
+    }
+  }
+  long long incl = packed;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const long long y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) scan_w[warp] = incl;
+  __syncthreads();
+  long long excl = incl - packed;
+#pragma unroll
+  for (int w = 0; w < W; ++w) excl += w < warp ? scan_w[w] : 0;
+  int item_excl = (int)(excl >> 32), part_excl = (int)(excl & 0xffffffffLL);
   // pass 3: the thread whose requests hold this CTA's item publishes it
   const int me = blockIdx.x;
   for (int b = b0; b < b1; ++b) {
-    const Req r = load_req(p, b);
-    const int L = r.S + r.T, nrt = pl.row_tiles(r), ns = pl.splits(r, nrt);
+    const Req r = load_req(b);
+    const int L = r.S + r.T, nrt = row_tiles(r), ns = splits(r, nrt);
     const int chunk_b = ns ? (int)(((unsigned)L + ns - 1) / ns + BN - 1) / BN * BN : 0;
-    const int ns_t = TAIL_Q < 4 ? pl.splits_t(r, nrt) : 0;
+    const int ns_t = TAIL_Q < 4 ? splits_t(r, nrt) : 0;
     if (blockIdx.x == 0) {
       p.table[4 * b + 0] = ns;
       p.table[4 * b + 1] = nrt;
       p.table[4 * b + 2] = ns > 1 ? part_excl : -1;
       p.table[4 * b + 3] = ns_t > 0 ? -ns_t : chunk_b;   // the chunk: read by no one
     }
-    const int n_items = TAIL_Q < 4 ? pl.items_t(r, nrt, ns) : nrt * ns;
+    const int n_items = TAIL_Q < 4 ? items_t(r, nrt, ns) : nrt * ns;
     if (me >= item_excl && me < item_excl + n_items) {
       const int local = me - item_excl;
       int split = local / nrt, rt = local - split * nrt, ns_i = ns, chunk_i = chunk_b;
@@ -492,18 +434,6 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   return it.part_slot < p.part_cap;
 }
 
-// After a CTA's partial stores (called by every thread): its slot's ready word for the merge, set by
-// one thread once the CTA's stores are done (bar.sync, then a release at gpu scope, which carries
-// the other threads' stores with it). Requests of one split store no partial and no word.
-__device__ __forceinline__ void publish_partial(const Params& p, const Item& it, int tid) {
-  if constexpr (MERGE_AS_LANDED) {
-    if (it.ns > 1 && p.ready) {
-      __syncthreads();
-      if (tid == 0) st_release_gpu(p.ready + it.part_slot, 1u);
-    }
-  }
-}
-
 // A row tile's result, staged in shared memory (osm: normalised O, [RT][OSTRIDE] bf16; lse_s:
 // [RT] log2-LSE), stored by THREADS threads with 16-byte stores: to o and lse (natural log) when
 // the request has one split, else to this item's partial slot for the merge. Rows past the
@@ -526,7 +456,6 @@ __device__ __forceinline__ void store_tile(const Params& p, const Item& it, cons
       p.part_lse[(long long)it.part_slot * RT + tid] = lse_s[tid];
     }
   }
-  publish_partial(p, it, tid);
   MLAV_TRACE_AT(TRACE_VERIFY, 4);
 }
 
