@@ -65,7 +65,7 @@ import torch
 
 from . import build
 from .bench.ceilings import mma_ceiling, read_ceiling
-from .bench.env import env_info, file_name, git_commit, write_json
+from .bench.env import env_info, file_name, git_commit, no_gpu, write_json
 from .bench import micro
 from .bench.sweeps import bench
 from .bench.timing import log
@@ -118,9 +118,7 @@ def main(argv=None) -> int:
     if a.cases < 1 or a.fp8_cases < 0:
         print(f"error: --cases must be >= 1 and --fp8-cases >= 0, got {a.cases} and {a.fp8_cases}", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("error: no CUDA device: kernel.gpu_run measures on a GPU (make phase2 renders recorded data)",
-              file=sys.stderr)
+    if no_gpu("kernel.gpu_run", "measures on a GPU (make phase2 renders recorded data)"):
         return 2
     stages = set(a.stages.split(","))
     unknown = stages - set(STAGES)

@@ -173,7 +173,7 @@ def sass_table(rows: list[dict]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from .env import add_commit_arg, write_json
+    from .env import add_commit_arg, no_gpu, write_json
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="folder for mma-forms-<gpu>-<stamp>.json")
@@ -188,10 +188,7 @@ def main(argv=None) -> int:
     print("\n".join(sass_table(sass)))
     if a.check:
         return 0 if sass and all(r["ok"] for r in sass) else 1
-    import torch
-
-    if not torch.cuda.is_available():
-        print("error: no CUDA device: kernel.bench.mma_forms times on a GPU (--check needs none)", file=sys.stderr)
+    if no_gpu("kernel.bench.mma_forms", "times on a GPU (--check needs none)"):
         return 2
     doc = dict(run(lib, a.commit), sass=sass)
     print(f"wrote {write_json(a.out, 'mma-forms', doc)}")

@@ -18,7 +18,7 @@ import torch
 from ..inputs import sink_case
 from ..ops import verify_attention
 from ..reference import verify_attention_reference
-from .env import add_commit_arg, env_info, git_commit, no_gpu, write_json
+from .env import add_commit_arg, no_gpu, record
 from .timing import log, rel_err
 from .validate import sglang_extend
 
@@ -38,7 +38,7 @@ def tail_mass(case) -> float:
     return float(p[1:].sum() / p.sum())
 
 
-def run(sgl, commit: str | None) -> dict:
+def run(sgl) -> dict:
     rows = []
     for kv in POOLS:
         for S in PREFIXES:
@@ -59,8 +59,7 @@ def run(sgl, commit: str | None) -> dict:
                 rows.append(row)
                 del c, ref, ours
                 torch.cuda.empty_cache()
-    return {**env_info(commit or git_commit()), "kind": "sink_check", "tolerance": TOL,
-            "all_pass": all(r["pass"] for r in rows), "rows": rows}
+    return {"kind": "sink_check", "tolerance": TOL, "all_pass": all(r["pass"] for r in rows), "rows": rows}
 
 
 def table(doc: dict) -> list[str]:
@@ -86,8 +85,7 @@ def main(argv=None) -> int:
     except Exception as e:   # ours against the oracle still stands without SGLang's kernel
         log(f"SGLang's kernels unavailable ({e!r}): its column left empty")
         sgl = None
-    doc = run(sgl, a.commit)
-    print(f"wrote {write_json(a.out, 'sink-check', doc)}")
+    doc = record(a.out, "sink-check", a.commit, run(sgl))
     print("\n".join(table(doc)))
     return 0 if doc["all_pass"] else 1
 
