@@ -172,3 +172,12 @@ def test_the_merge_launched_after_the_loops_beat_its_launch_at_the_grids_exit():
         assert all(b - a > 0.4 for a, b in zip(after, before)), (before, after)
         before, after = _rounds(doc, 1, 1, "production", "full"), _rounds(doc, 1, 1, "pdl_trigger", "full")
         assert abs(statistics.median(after) / statistics.median(before) - 1) < 0.005
+
+
+def test_each_build_whose_splits_differ_names_the_tail_weight_its_tiles_are_counted_at():
+    # clk_per_tile divides by the tiles of the build's own schedule, not production's
+    assert set(overlap.TAIL_E_OF_BUILD) == overlap.SPLITS_DIFFER
+    from kernel.bench.sm120_estimate import tail_e_of
+    assert tail_e_of(8, "fp8_e4m3", overlap.TAIL_E_OF_BUILD["tail_e7_fp8"]) == 7
+    assert tail_e_of(8, "bfloat16", overlap.TAIL_E_OF_BUILD["tail_equal"]) == 8
+    assert overlap.VARIANTS["tail_e7_fp8"][0] == ("MLAV_TAIL_E_FP8=7",)

@@ -32,27 +32,34 @@ def test_tiles_per_cta_is_the_device_schedule():
 
 def test_tail_row_tiles_take_longer_splits():
     # DDTree's D = 17 at 8 heads: 136 rows, two full 64-row tiles and a tail of 8. With equal splits
-    # (tail_q 4) the 3 row tiles take 43 splits each (129 items for 132 CTAs) of 269 tiles; with the
-    # tail counted at 3 / 4 (tier_rowsd.cuh's TAIL_Q) the full tiles take 47 of 247 tiles and the
-    # tail 36 of 4 / 3 the length (130 items)
-    assert tiles_per_cta([185000], 17, 8, 64, 132, 4) == 269
-    assert tiles_per_cta([185000], 17, 8, 64, 132, 3) == 247
+    # (tail_e 8) the 3 row tiles take 43 splits each (129 items for 132 CTAs) of 269 tiles; with the
+    # tail counted at 6 / 8 (tier_rowsd.cuh's TAIL_E) the full tiles take 47 of 247 tiles and the
+    # tail 36 of 8 / 6 the length (130 items); at 7 / 8 the full tiles take 256
+    assert tiles_per_cta([185000], 17, 8, 64, 132, 8) == 269
+    assert tiles_per_cta([185000], 17, 8, 64, 132, 6) == 247
+    assert 247 < tiles_per_cta([185000], 17, 8, 64, 132, 7) < 269
     # no tail where the last row tile is full (T = 16) or holds more than half (T = 13: 64 + 40)
     for T in (8, 16, 13):
-        assert tiles_per_cta([185000], T, 8, 64, 132, 3) == tiles_per_cta([185000], T, 8, 64, 132, 4)
+        assert tiles_per_cta([185000], T, 8, 64, 132, 6) == tiles_per_cta([185000], T, 8, 64, 132, 8)
     # nor where the request has one row tile (T = 4 forced onto rows64d: every CTA holds 32 rows)
-    assert tiles_per_cta([185000], 4, 8, 64, 132, 3) == tiles_per_cta([185000], 4, 8, 64, 132, 4)
-    assert m.tail_q_of(8) == m.TAIL_Q["bfloat16"] == 3 and m.tail_q_of(6) == m.tail_q_of(0) == 4
-    assert m.tail_q_of(8, "fp8_e4m3") == 4                      # fp8's tail CTAs keep equal splits
-    assert m.tail_q_of(8, "bfloat16", {}) == 4                  # a micro file of the library before
+    assert tiles_per_cta([185000], 4, 8, 64, 132, 6) == tiles_per_cta([185000], 4, 8, 64, 132, 8)
+    assert m.tail_e_of(8) == m.TAIL_E["bfloat16"] and m.tail_e_of(6) == m.tail_e_of(0) == 8
+    assert m.tail_e_of(8, "bfloat16", {}) == 8                  # a micro file of the library before
 
 
-def test_tail_q_mirrors_the_kernel_source():
+def test_micro_files_in_quarters_read_as_eighths():
+    # the files before 2026-12-06 recorded the tail weight in quarters (tail_q), newer ones in eighths
+    assert m.micro_tail_e({"tail_q": {"bfloat16": 3, "fp8_e4m3": 4}}) == {"bfloat16": 6, "fp8_e4m3": 8}
+    assert m.micro_tail_e({"tail_e": {"bfloat16": 6, "fp8_e4m3": 7}}) == {"bfloat16": 6, "fp8_e4m3": 7}
+    assert m.micro_tail_e({}) == {}
+
+
+def test_tail_e_mirrors_the_kernel_source():
     src = (Path(__file__).resolve().parent.parent / "kernel" / "csrc" / "tier_rowsd.cuh").read_text()
-    got = re.search(r"#else\nconstexpr int TAIL_Q = (\d+);", src)
-    assert got and int(got.group(1)) == m.TAIL_Q["bfloat16"]
-    got = re.search(r"#else\nconstexpr int TAIL_Q_FP8 = (\d+);", src)
-    assert got and int(got.group(1)) == m.TAIL_Q["fp8_e4m3"]
+    got = re.search(r"#else\nconstexpr int TAIL_E = (\d+);", src)
+    assert got and int(got.group(1)) == m.TAIL_E["bfloat16"]
+    got = re.search(r"#else\nconstexpr int TAIL_E_FP8 = (\d+);", src)
+    assert got and int(got.group(1)) == m.TAIL_E["fp8_e4m3"]
 
 
 def _micro(stream_frac_8=0.78, stream_us_8=64.3):

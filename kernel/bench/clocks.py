@@ -26,7 +26,7 @@ import torch
 from ..ops import TIERS, get_workspace, launch
 from .env import add_commit_arg, no_gpu, record
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, shape_case, sm_clock_mhz
-from .sm120_estimate import tail_q_of, tiles_per_cta
+from .sm120_estimate import tail_e_of, tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import capture_graph, log, time_calls
 
@@ -118,7 +118,7 @@ def run(dur_s: float = DUR_S) -> dict:
     rows = []
     for kv, T, tier in CASES:
         case, o, lse = shape_case(S, T, H, kv)
-        tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_q_of(tier, KV_DTYPE_NAMES[kv]))
+        tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_e_of(tier, KV_DTYPE_NAMES[kv]))
         for name, mode in MODES.items():
             fn = lambda: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs, mode=mode, tier=tier,
                                 **case.kwargs())

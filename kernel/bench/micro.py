@@ -27,7 +27,7 @@ import torch
 
 from ..inputs import make_case
 from ..ops import TIERS, get_workspace, launch
-from .sm120_estimate import TAIL_Q, tail_q_of, tiles_per_cta
+from .sm120_estimate import TAIL_E, tail_e_of, tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES, traffic
 from .timing import log, time_calls
 
@@ -101,7 +101,7 @@ def parts(mhz: float) -> list[dict]:
     for S, T, H in ((185000, 8, 8), (185000, 32, 8)):
         case, o, lse = shape_case(S, T, H)
         for tier in (8, 9, 6):
-            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_q_of(tier))
+            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_e_of(tier))
             for name, bits in PARTS.items():
                 mode = MODE_NO_LOADS | MODE_NO_MERGE | bits
                 us = time_calls([lambda: launch(*case.args(), o, lse, ws.buffer, ws.target_ctas, ws.max_bs,
@@ -131,7 +131,7 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
             return time_calls([fn]) * 1e3
 
         for tier in tiers:
-            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_q_of(tier, pool))
+            tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_e_of(tier, pool))
             base = {"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": pool, "rows_per_tile": TIERS[tier],
                     "tiles_per_cta": tiles}
             if "stream" in stages:
@@ -160,6 +160,6 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
         torch.cuda.empty_cache()
     # the sm_120 model reads these rows (and the parts' 8-warp ceiling gpu_run adds) into a file
     # of its own: kernel/bench/sm120_estimate.py
-    # tail_q: the schedule of rows64d's tail row tiles in the library measured (sm120_estimate reads
+    # tail_e: the schedule of rows64d's tail row tiles in the library measured, in eighths (sm120_estimate reads
     # it; files without it measured equal splits)
-    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "tail_q": dict(TAIL_Q), "rows": rows}
+    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "tail_e": dict(TAIL_E), "rows": rows}

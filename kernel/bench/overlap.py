@@ -38,7 +38,7 @@ from .env import add_commit_arg, no_gpu, record
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, rounds_of, shape_case, sm_clock_mhz
 from .same_output import compare
 from .sanitize_tiers import cases as edge_cases
-from .sm120_estimate import tail_q_of, tiles_per_cta
+from .sm120_estimate import tail_e_of, tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
 
@@ -213,6 +213,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # with equal splits (half 1 idle alone, the fourteenth session's production)
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
+    # fp8's tail row tile on splits 8 / 7 as long as the full ones' (production: equal splits, 8 / 8):
+    # its CTAs cost 0.81-0.86 of a full one a tile, and the model gives the busiest full CTA 3-5 %
+    # fewer tiles at D = 17, 33 on 132 SMs (not at 65: the split count stays 14) and at 17-65 on 188
+    "tail_e7_fp8": (("MLAV_TAIL_E_FP8=7",), (8,)),
     # the merge's grid launched at the verify grid's exit, the production before each verify CTA let it
     # launch once its loop was done (verify_common.cuh, pdl_trigger): only the call with its merge
     # (--merge) can differ. Measured as the variant pdl_trigger (-DMLAV_PDL_TRIGGER) against it (commit
@@ -224,7 +228,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
 # builds whose split boundaries differ from production's where a request has a tail row tile, so
 # that their merge rounds differently: held to production's output within REL_TOL (relative
 # 2-norm, o and lse) and no unwritten output, instead of bit for bit
-SPLITS_DIFFER = {"tail_off", "tail_equal"}
+SPLITS_DIFFER = {"tail_off", "tail_equal", "tail_e7_fp8"}
+# the tail weight (eighths, plan_item's TAIL_E) each such build's schedule runs, per pool: its tiles a CTA
+TAIL_E_OF_BUILD = {"tail_off": {}, "tail_equal": {}, "tail_e7_fp8": {"bfloat16": 6, "fp8_e4m3": 7}}
 REL_TOL = 1e-2
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
@@ -332,7 +338,7 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
             us_of = {(b, tier, name): [rnd[name] for rnd in per_round]
                      for (b, tier), per_round in per_build.items() for name in per_round[0]}
             for (b, tier, mode_name), uss in us_of.items():
-                tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, 4 if b in SPLITS_DIFFER else tail_q_of(tier, KV_DTYPE_NAMES[kv]))
+                tiles = tiles_per_cta([S], T, H, TIERS[tier], ws.target_ctas, tail_e_of(tier, KV_DTYPE_NAMES[kv], TAIL_E_OF_BUILD.get(b)))
                 us = statistics.median(uss)
                 rows.append({"S": S, "T": T, "H": H, "tier": tier, "kv_dtype": KV_DTYPE_NAMES[kv], "build": b, "defines": list(VARIANTS[b][0] if b in VARIANTS else ()),
                              "placement": placement, "mode": mode_name, "time_us": us, "rounds_us": uss,

@@ -59,8 +59,8 @@ from pathlib import Path
 from ..checks import FP8_ROW_BYTES, ROW_BYTES
 
 BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
-TAIL_Q = {"bfloat16": 3, "fp8_e4m3": 4}   # = tier_rowsd.cuh's TAIL_Q and TAIL_Q_FP8 (tests/test_sm120_estimate.py
-                                             # reads them there)
+TAIL_E = {"bfloat16": 6, "fp8_e4m3": 8}   # = tier_rowsd.cuh's TAIL_E and TAIL_E_FP8, in eighths
+                                             # (tests/test_sm120_estimate.py reads them there)
 FP8 = "fp8_e4m3"
 
 # Published sm_120 figures (RTX PRO 6000 Blackwell, GB202), with their sources
@@ -112,26 +112,34 @@ TILE_BYTES = {"bfloat16": BN * ROW_BYTES, FP8: BN * FP8_ROW_BYTES}
 IN_FLIGHT_TILES = {"bfloat16": {0: 3, 1: 2, 2: 2, 4: 2, 6: 3, 8: 2, 9: 2}, FP8: {1: 4, 2: 4, 4: 4, 6: 7, 8: 6}}
 
 
-def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int, tail_q: int = 4) -> int:
+def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int, tail_e: int = 8) -> int:
     """16-token tiles of the busiest full row tile's CTA, by the device's own schedule
-    (verify_common.cuh's plan_item). tail_q < 4 (rows64d: tail_q_of): a last row tile of at most
-    rows / 2 rows counts tail_q / 4 of a full one's work and takes splits 4 / tail_q times as long,
+    (verify_common.cuh's plan_item). tail_e < 8 (rows64d: tail_e_of): a last row tile of at most
+    rows / 2 rows counts tail_e / 8 of a full one's work and takes splits 8 / tail_e times as long,
     which its CTAs, that much cheaper a tile, take in the same time."""
     def cdiv(a, b):
         return -(-a // b)
     nrt = [cdiv(T * H, rows) for _ in prefix_lens]
-    tail = 1 if tail_q < 4 and nrt[0] >= 2 and T * H - (nrt[0] - 1) * rows <= rows // 2 else 0
+    tail = 1 if tail_e < 8 and nrt[0] >= 2 and T * H - (nrt[0] - 1) * rows <= rows // 2 else 0
     U = sum(nrt)
-    total = sum((4 * n - (4 - tail_q) * tail) * (s + T) for n, s in zip(nrt, prefix_lens))
-    chunk = cdiv(total, 4 * (target - U)) if U < target else 1 << 40
+    total = sum((8 * n - (8 - tail_e) * tail) * (s + T) for n, s in zip(nrt, prefix_lens))
+    chunk = cdiv(total, 8 * (target - U)) if U < target else 1 << 40
     chunk = cdiv(max(MIN_CHUNK, chunk), BN) * BN
     return max(cdiv(cdiv(s + T, cdiv(s + T, chunk)), BN) for s in prefix_lens)
 
 
-def tail_q_of(tier: int, kv_dtype: str = "bfloat16", tail_q: dict | None = None) -> int:
-    """rows64d's (tier 8) tail_q on the pool `kv_dtype`: TAIL_Q of tier_rowsd.cuh, or a measured
-    library's (`tail_q`, as a micro file records it); 4 (equal splits) for every other tier."""
-    return (TAIL_Q if tail_q is None else tail_q).get(kv_dtype, 4) if tier == 8 else 4
+def tail_e_of(tier: int, kv_dtype: str = "bfloat16", tail_e: dict | None = None) -> int:
+    """rows64d's (tier 8) tail_e on the pool `kv_dtype`: TAIL_E of tier_rowsd.cuh, or a measured
+    library's (`tail_e`, as a micro file records it: micro_tail_e); 8 (equal splits) for every other tier."""
+    return (TAIL_E if tail_e is None else tail_e).get(kv_dtype, 8) if tier == 8 else 8
+
+
+def micro_tail_e(micro: dict) -> dict:
+    """The tail schedule a micro file's library ran, in eighths: its `tail_e`, or twice the quarters
+    of `tail_q` (the files before 2026-12-06); absent, equal splits."""
+    if "tail_e" in micro:
+        return dict(micro["tail_e"])
+    return {k: 2 * v for k, v in micro.get("tail_q", {}).items()}
 
 
 def mmas_per_tile(rows: int, tier: int) -> int:
@@ -182,7 +190,7 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
     # holds tier 10's rows): its rows are left out
     rows_in = [r for r in micro["rows"] if r["tier"] in H200_CTAS]
     # the schedule of the library the file measured (rows64d's tail splits per pool; absent: equal)
-    tail_q = micro.get("tail_q", {})
+    tail_e = micro_tail_e(micro)
     sms_h200, mhz = micro["sms"], micro["clock_assumed_mhz"]
     ceil = micro.get("ceilings", {})
     tfl8 = ceil.get("mma_TFLOPs_8_warps_per_sm") or ceil.get("mma_TFLOPs")
@@ -208,7 +216,7 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
         k = H200_CTAS[tier] / SM120["ctas_per_sm"]
         e120 = min(e, 1.0)
         clk = nonmma * k + mmas / (SM120["mma_per_clk_sm"] * e120)
-        tiles = tiles_per_cta([S], T, H, rows, SM120["sms"] * SM120["ctas_per_sm"], tail_q_of(tier, kv, tail_q))
+        tiles = tiles_per_cta([S], T, H, rows, SM120["sms"] * SM120["ctas_per_sm"], tail_e_of(tier, kv, tail_e))
         in_flight = IN_FLIGHT_TILES[kv][tier] * TILE_BYTES[kv]
         need = SM120["dram_GBps"] * d / SM120["sms"] * latency_ns   # bytes: GB/s x ns
         memory = kv_bytes / (SM120["dram_GBps"] * 1e3 * d * min(1.0, in_flight / need))

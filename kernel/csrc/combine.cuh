@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(CT) mla_verify_combine(const Params p) {
   if (b < 0) return;
   const int ns_full = p.table[4 * b + 0], nrt = p.table[4 * b + 1], base = p.table[4 * b + 2];
   const int t3 = p.table[4 * b + 3];
-  const int ns_t = t3 < 0 ? -t3 : 0;        // the tail row tile's splits (plan_item's TAIL_Q), or 0
+  const int ns_t = t3 < 0 ? -t3 : 0;        // the tail row tile's splits (plan_item's TAIL_E), or 0
   if (ns_full <= 1) return;
   const int local = (int)((n - qo_start) * p.H + row % p.H);
   const int rt = local / BMR, ri = local % BMR;

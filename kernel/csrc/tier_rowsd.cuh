@@ -169,33 +169,33 @@ constexpr int UNROLL_FP8 = 3;
 // tile often holds <= 32 rows (D = 17: 8). In the kernels of TL = true, such a CTA runs half 1
 // without its math (top(j)'s barrier, slot ids, copies and commits only: its rows are past the
 // request and never stored), and the plan gives that row tile fewer, longer splits than the full
-// ones (plan_item's TAIL_Q; bf16 only, below), so that its CTAs, cheaper a tile, end with the full ones
+// ones (plan_item's TAIL_E; bf16 only, below), so that its CTAs, cheaper a tile, end with the full ones
 // instead of idling their SMs (with equal splits half 1's idling gained nothing: kernel/NOTES.md,
 // fourteenth session). The launcher takes them where the launch's static shape has a tail
 // (tail_rows: every request of num_tokens / bs tokens); every other launch runs the kernels of
 // TL = false, the code of before, since the tail's plan cost the shapes without one 0.3-1.4 %.
 // -DMLAV_TAIL=0: the launcher never takes them (the production before, diagnostic builds); 1: it
 // does, with equal splits (half 1 idle alone, diagnostic); 2: both (production).
-// TAIL_Q: a bf16 tail CTA's cost a tile in quarters of a full one's, which sets its splits' length
+// TAIL_E: a bf16 tail CTA's cost a tile in eighths of a full one's, which sets its splits' length
 // (plan_item): 0.67 of the math alone measured with half 1 idle (8-32 rows, rungs/overlap-h100-
 // 20261205T1552-tail-cost-*.json), 0.76-0.78 in the full call at D = 17 and 65 (kernel/NOTES.md),
-// taken as 3 / 4. TAIL_Q_FP8: fp8's tail CTAs cost about 0.81-0.86 of a full one (its half 1 issues
-// the tile's copies, and its half 0 runs the classic way), so that 3 / 4 made them set the call at
-// D = 65 (+3.5 %); they keep equal splits (4), where half 1's idling alone gained 0.6-2.9 %
+// taken as 6 / 8. TAIL_E_FP8: fp8's tail CTAs cost about 0.81-0.86 of a full one (its half 1 issues
+// the tile's copies, and its half 0 runs the classic way), so that 6 / 8 made them set the call at
+// D = 65 (+3.5 %); they keep equal splits (8), where half 1's idling alone gained 0.6-2.9 %
 #ifdef MLAV_TAIL
 constexpr int TAIL = MLAV_TAIL;
 #else
 constexpr int TAIL = 2;
 #endif
-#ifdef MLAV_TAIL_Q
-constexpr int TAIL_Q = MLAV_TAIL_Q;
+#ifdef MLAV_TAIL_E
+constexpr int TAIL_E = MLAV_TAIL_E;
 #else
-constexpr int TAIL_Q = 3;
+constexpr int TAIL_E = 6;
 #endif
-#ifdef MLAV_TAIL_Q_FP8
-constexpr int TAIL_Q_FP8 = MLAV_TAIL_Q_FP8;
+#ifdef MLAV_TAIL_E_FP8
+constexpr int TAIL_E_FP8 = MLAV_TAIL_E_FP8;
 #else
-constexpr int TAIL_Q_FP8 = 4;
+constexpr int TAIL_E_FP8 = 8;
 #endif
 
 template <int HALVES, bool FP8 = false>
@@ -272,7 +272,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
-    if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_Q_FP8 : TAIL_Q) : 4>(
+    if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8>(
             p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
     // the item's fields are read from shared memory where used, not held in registers through
     // the loop (at 255 registers every live value counts)

@@ -276,18 +276,19 @@ struct Item {
 // them all at once; passes 2 and 3 find them in L1), the item's mask offset (its finder only:
 // loading it in pass 1 cost rows32d_fp8 12 bytes of spills on sm_120), three CTA barriers,
 // 32-bit divisions wherever the values fit.
-// TAIL_Q < 4 (rows64d, whose tail CTAs leave half 1 idle: tier_rowsd.cuh's TAIL): a request of
-// two or more row tiles whose last holds at most BMR / 2 rows gives that row tile splits 4 / TAIL_Q
+// TAIL_E < 8 (rows64d, whose tail CTAs leave half 1 idle: tier_rowsd.cuh's TAIL): a request of
+// two or more row tiles whose last holds at most BMR / 2 rows gives that row tile splits 8 / TAIL_E
 // times as long as its full row tiles' (ns_t of them, after its ns x (nrt - 1) full items; their
 // partial slots follow the full ones', and the table's fourth int is -ns_t for the merge), so that
-// a tail CTA, which costs about TAIL_Q / 4 of a full one a tile, ends with them; the work that sets
-// the chunk counts the tail at that weight. TAIL_Q = 4: every row tile alike, and the code of
+// a tail CTA, which costs about TAIL_E / 8 of a full one a tile, ends with them; the work that sets
+// the chunk counts the tail at that weight (in eighths: fp8's tail CTAs cost 0.81-0.86 of a full
+// one, between the quarters). TAIL_E = 8: every row tile alike, and the code of
 // before (the tail's parts stand in `if constexpr` blocks beside the statements they replace, so
-// that the other tiers compile to the same machine code; a `constexpr bool` local naming TAIL_Q < 4,
+// that the other tiers compile to the same machine code; a `constexpr bool` local naming TAIL_E < 8,
 // though unused by them, changed sm_80-90's code of every tier, so there is none).
-template <int BMR, int THREADS = NTHREADS, int TAIL_Q = 4>
+template <int BMR, int THREADS = NTHREADS, int TAIL_E = 8>
 __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
-  static_assert(TAIL_Q >= 1 && TAIL_Q <= 4, "plan_item: TAIL_Q is a tail split's cost in quarters");
+  static_assert(TAIL_E >= 1 && TAIL_E <= 8, "plan_item: TAIL_E is a tail split's cost in eighths");
   constexpr int W = THREADS / 32;
   static_assert(W <= 8, "plan_item's scratch holds 8 warps");
   MLAV_TRACE_AT(TRACE_VERIFY, 0);
@@ -308,7 +309,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     return r;
   };
   auto row_tiles = [&](const Req& r) { return (int)(((long long)r.T * p.H + BMR - 1) / BMR); };
-  // 1 where the request's last row tile is a tail (with TAIL_Q < 4), else 0
+  // 1 where the request's last row tile is a tail (with TAIL_E < 8), else 0
   auto tail_of = [&](const Req& r, int nrt) {
     return nrt >= 2 && (long long)r.T * p.H - (long long)(nrt - 1) * BMR <= BMR / 2 ? 1 : 0;
   };
@@ -319,8 +320,8 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   for (int b = b0; b < b1; ++b) {
     const Req r = load_req(b);
     const int nrt = row_tiles(r);
-    if constexpr (TAIL_Q < 4)   // in quarters of a full row tile's work
-      work += (long long)(4 * nrt - (4 - TAIL_Q) * tail_of(r, nrt)) * (r.S + r.T);
+    if constexpr (TAIL_E < 8)   // in eighths of a full row tile's work
+      work += (long long)(8 * nrt - (8 - TAIL_E) * tail_of(r, nrt)) * (r.S + r.T);
     else
       work += (long long)nrt * (r.S + r.T);
     nrt_sum += nrt;
@@ -339,17 +340,17 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   // at (target - U) items keeps the whole schedule within one wave
   long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U)
                                         : (1LL << 40);   // more row tiles than CTAs: one split each
-  if constexpr (TAIL_Q < 4) {   // total is in quarters
-    if (U < p.target_ctas) chunk64 = (total + 4 * (p.target_ctas - U) - 1) / (4 * (p.target_ctas - U));
+  if constexpr (TAIL_E < 8) {   // total is in eighths
+    if (U < p.target_ctas) chunk64 = (total + 8 * (p.target_ctas - U) - 1) / (8 * (p.target_ctas - U));
   }
   if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
   // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
   // per-request divisions 32-bit
   const unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
   auto splits = [&](const Req& r, int nrt) { return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0; };
-  // TAIL_Q < 4: the tail row tile's chunk, 4 / TAIL_Q times the full ones', rounded up to BN; its splits;
+  // TAIL_E < 8: the tail row tile's chunk, 8 / TAIL_E times the full ones', rounded up to BN; its splits;
   // a request's items, ns x (nrt - tail) full ones, then ns_t of the tail
-  const unsigned chunk_t = (unsigned)(min(((long long)chunk * 4 + TAIL_Q - 1) / TAIL_Q, 1LL << 31) + BN - 1) / BN * BN;
+  const unsigned chunk_t = (unsigned)(min(((long long)chunk * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN;
   auto splits_t = [&](const Req& r, int nrt) { return tail_of(r, nrt) ? (int)(((unsigned)(r.S + r.T) + chunk_t - 1) / chunk_t) : 0; };
   auto items_t = [&](const Req& r, int nrt, int ns) { return (nrt - tail_of(r, nrt)) * ns + splits_t(r, nrt); };
   // pass 2: items and partial slots per request, one packed exclusive scan, one barrier
@@ -357,7 +358,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   for (int b = b0; b < b1; ++b) {
     const Req r = load_req(b);
     const int nrt = row_tiles(r), ns = splits(r, nrt);
-    if constexpr (TAIL_Q < 4) {
+    if constexpr (TAIL_E < 8) {
       const int n_items = items_t(r, nrt, ns);
       packed += ((long long)n_items << 32) | (unsigned)(ns > 1 ? n_items : 0);
     } else {
@@ -382,18 +383,18 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     const Req r = load_req(b);
     const int L = r.S + r.T, nrt = row_tiles(r), ns = splits(r, nrt);
     const int chunk_b = ns ? (int)(((unsigned)L + ns - 1) / ns + BN - 1) / BN * BN : 0;
-    const int ns_t = TAIL_Q < 4 ? splits_t(r, nrt) : 0;
+    const int ns_t = TAIL_E < 8 ? splits_t(r, nrt) : 0;
     if (blockIdx.x == 0) {
       p.table[4 * b + 0] = ns;
       p.table[4 * b + 1] = nrt;
       p.table[4 * b + 2] = ns > 1 ? part_excl : -1;
       p.table[4 * b + 3] = ns_t > 0 ? -ns_t : chunk_b;   // the chunk: read by no one
     }
-    const int n_items = TAIL_Q < 4 ? items_t(r, nrt, ns) : nrt * ns;
+    const int n_items = TAIL_E < 8 ? items_t(r, nrt, ns) : nrt * ns;
     if (me >= item_excl && me < item_excl + n_items) {
       const int local = me - item_excl;
       int split = local / nrt, rt = local - split * nrt, ns_i = ns, chunk_i = chunk_b;
-      if constexpr (TAIL_Q < 4) {   // a full row tile's item, or the tail row tile's (its own splits)
+      if constexpr (TAIL_E < 8) {   // a full row tile's item, or the tail row tile's (its own splits)
         const int nf = nrt - (ns_t > 0);
         if (local >= nf * ns) {
           split = local - nf * ns; rt = nrt - 1; ns_i = ns_t;
@@ -460,7 +461,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const Item& it, cons
 }
 
 // A request of `rows` query rows ends in a tail for rows64d (64-row tiles): two or more row tiles,
-// the last holding at most 32 (half 0's); plan_item's TAIL_Q and tier_rowsd.cuh's TL kernels
+// the last holding at most 32 (half 0's); plan_item's TAIL_E and tier_rowsd.cuh's TL kernels
 __host__ __device__ inline bool tail_rows(long long rows) {
   return rows > 64 && rows % 64 != 0 && rows % 64 <= 32;
 }
