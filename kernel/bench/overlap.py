@@ -211,6 +211,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # with half 1 idle in tail CTAs and the tail row tile on its own, longer splits): tail_off never
     # takes them (the production before: equal splits, padding rows computed), tail_equal takes them
     # with equal splits (half 1 idle alone, the fourteenth session's production)
+    # both loops unrolled by two as pairs of tiles (2 k, 2 k + 1), each tile's parity and stage known to
+    # the compiler (tier_rowsd.cuh's UNROLL_ALIGN): unrolled as above, ptxas formed the second tile's
+    # copy values a tile early and ran its QK on one K buffer. The issue model (sm_90, copies taken):
+    # 1,637 cycles a tile against production's 1,700 and unroll2's 1,756; 12 bytes spilled on sm_90
+    "unroll2_align": (("MLAV_UNROLL=3", "MLAV_UNROLL_ALIGN=1"), (8,)),
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
     # fp8's tail row tile on splits 8 / 7 as long as the full ones' (production: equal splits, 8 / 8):

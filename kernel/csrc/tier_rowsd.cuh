@@ -165,6 +165,14 @@ constexpr int UNROLL_FP8 = MLAV_UNROLL;
 constexpr int UNROLL_FP8 = 3;
 #endif
 
+// with UNROLL_MASK on bf16: 1 runs the unrolled loops in pairs of tiles (2 k, 2 k + 1), so that the
+// compiler knows each tile's parity and stage (-DMLAV_UNROLL_ALIGN=1, diagnostic builds)
+#ifdef MLAV_UNROLL_ALIGN
+constexpr bool UNROLL_ALIGN = MLAV_UNROLL_ALIGN;
+#else
+constexpr bool UNROLL_ALIGN = false;
+#endif
+
 // rows64d's tail CTAs: DDTree verifies D = budget + 1 nodes, so at 8 heads a request's last row
 // tile often holds <= 32 rows (D = 17: 8). In the kernels of TL = true, such a CTA runs half 1
 // without its math (top(j)'s barrier, slot ids, copies and commits only: its rows are past the
@@ -1048,6 +1056,20 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
 #pragma unroll (UNR)
       for (; j < n_main(); ++j) step(j, std::false_type());
       for (; j < n_tiles; ++j) step(j, std::true_type());
+    } else if constexpr (UNR == 2 && UNROLL_ALIGN) {
+      // pairs (2 k, 2 k + 1): the pair's parity and stages known to the compiler (buffers at
+      // immediate offsets, the second tile's stage the first's plus one), an odd first tile peeled
+      int j = j0;
+      if (j & 1) {
+        if (j < n_tiles) step(j, std::false_type());
+        ++j;
+      }
+#pragma unroll 1
+      for (int k = j >> 1; 2 * k + 1 < n_tiles; ++k) {
+        step(2 * k, std::false_type());
+        step(2 * k + 1, std::false_type());
+      }
+      if (n_tiles > j && ((n_tiles - j) & 1)) step(n_tiles - 1, std::false_type());
     } else {
 #pragma unroll (UNR)
       for (int j = j0; j < n_tiles; ++j) step(j, std::false_type());
