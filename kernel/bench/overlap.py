@@ -216,6 +216,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # copy values a tile early and ran its QK on one K buffer. The issue model (sm_90, copies taken):
     # 1,637 cycles a tile against production's 1,700 and unroll2's 1,756; 12 bytes spilled on sm_90
     "unroll2_align": (("MLAV_UNROLL=3", "MLAV_UNROLL_ALIGN=1"), (8,)),
+    # fp8's unrolled prefix loops (production) as the same pairs: the model 1,836 cycles a tile against
+    # 1,850, no spill
+    "unroll_align_fp8": (("MLAV_UNROLL_ALIGN_FP8=1",), (8,)),
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
     # fp8's tail row tile on splits 8 / 7 as long as the full ones' (production: equal splits, 8 / 8):
