@@ -222,8 +222,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
     # fp8's tail row tile on splits 8 / 7 as long as the full ones' (production: equal splits, 8 / 8):
-    # its CTAs cost 0.81-0.86 of a full one a tile, and the model gives the busiest full CTA 3-5 %
-    # fewer tiles at D = 17, 33 on 132 SMs (not at 65: the split count stays 14) and at 17-65 on 188
+    # its CTAs cost 0.81-0.86 of a full one a tile, and the schedule gives the busiest full CTA 3.6-4.5 %
+    # fewer tiles at D = 17, 33 on 132 SMs (none at 65: the split count stays 14), 2.6-4.8 % at 17-65 on 188
     "tail_e7_fp8": (("MLAV_TAIL_E_FP8=7",), (8,)),
     # the merge's grid launched at the verify grid's exit, the production before each verify CTA let it
     # launch once its loop was done (verify_common.cuh, pdl_trigger): only the call with its merge
