@@ -38,7 +38,7 @@ from .env import add_commit_arg, no_gpu, record
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, rounds_of, shape_case, sm_clock_mhz
 from .same_output import compare
 from .sanitize_tiers import cases as edge_cases
-from .sm120_estimate import tail_e_of, tiles_per_cta
+from .sm120_estimate import TAIL_E, tail_e_of, tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
 
@@ -235,10 +235,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
 }
 # builds whose split boundaries differ from production's where a request has a tail row tile, so
 # that their merge rounds differently: held to production's output within REL_TOL (relative
-# 2-norm, o and lse) and no unwritten output, instead of bit for bit
-SPLITS_DIFFER = {"tail_off", "tail_equal", "tail_e7_fp8"}
-# the tail weight (eighths, plan_item's TAIL_E) each such build's schedule runs, per pool: its tiles a CTA
-TAIL_E_OF_BUILD = {"tail_off": {}, "tail_equal": {}, "tail_e7_fp8": {"bfloat16": 6, "fp8_e4m3": 7}}
+# 2-norm, o and lse) and no unwritten output, instead of bit for bit; each with the tail weight its
+# schedule runs per pool (eighths, plan_item's TAIL_E; {}: equal splits), which sets its tiles a CTA
+TAIL_E_OF_BUILD = {"tail_off": {}, "tail_equal": {}, "tail_e7_fp8": {**TAIL_E, FP8_KV: 7}}
+SPLITS_DIFFER = set(TAIL_E_OF_BUILD)
 REL_TOL = 1e-2
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
