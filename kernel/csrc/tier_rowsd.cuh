@@ -183,7 +183,7 @@ constexpr bool UNROLL_ALIGN_FP8 = false;
 // tile often holds <= 32 rows (D = 17: 8). In the kernels of TL = true, such a CTA runs half 1
 // without its math (top(j)'s barrier, slot ids, copies and commits only: its rows are past the
 // request and never stored), and the plan gives that row tile fewer, longer splits than the full
-// ones (plan_item's TAIL_E; bf16 only, below), so that its CTAs, cheaper a tile, end with the full ones
+// ones (plan_item's TAIL_E, per pool below), so that its CTAs, cheaper a tile, end with the full ones
 // instead of idling their SMs (with equal splits half 1's idling gained nothing: kernel/NOTES.md,
 // fourteenth session). The launcher takes them where the launch's static shape has a tail
 // (tail_rows: every request of num_tokens / bs tokens); every other launch runs the kernels of
@@ -195,7 +195,8 @@ constexpr bool UNROLL_ALIGN_FP8 = false;
 // 20261205T1552-tail-cost-*.json), 0.76-0.78 in the full call at D = 17 and 65 (kernel/NOTES.md),
 // taken as 6 / 8. TAIL_E_FP8: fp8's tail CTAs cost about 0.81-0.86 of a full one (its half 1 issues
 // the tile's copies, and its half 0 runs the classic way), so that 6 / 8 made them set the call at
-// D = 65 (+3.5 %); they keep equal splits (8), where half 1's idling alone gained 0.6-2.9 %
+// D = 65 (+3.5 %); 7 / 8 against equal splits (8 / 8): D = 17 -3.1 %, D = 33 -4.5 %, D = 65 a tie
+// (H200, rungs/overlap-fp8-h200-20261206T0308-tail-e7.json)
 #ifdef MLAV_TAIL
 constexpr int TAIL = MLAV_TAIL;
 #else
@@ -209,7 +210,7 @@ constexpr int TAIL_E = 6;
 #ifdef MLAV_TAIL_E_FP8
 constexpr int TAIL_E_FP8 = MLAV_TAIL_E_FP8;
 #else
-constexpr int TAIL_E_FP8 = 8;
+constexpr int TAIL_E_FP8 = 7;
 #endif
 
 template <int HALVES, bool FP8 = false>
