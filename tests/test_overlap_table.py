@@ -155,6 +155,17 @@ def test_fp8_tail_kernels_keep_equal_splits_where_longer_ones_lost():
     assert _full(runs[1], 65, "tail_equal") < 0.98 * _full(runs[1], 65, "tail_off")
 
 
+def test_fp8_tail_splits_at_seven_eighths_beat_equal_ones_where_the_schedule_said():
+    # the rung behind TAIL_E_FP8 = 7 (kernel/NOTES.md, 2026-12-06 twentieth session), H200, five rounds:
+    # 7 / 8 gives the busiest full CTA fewer tiles at D = 17 and 33 on 132 SMs, none at 65
+    doc = json.loads((RUNGS / "overlap-fp8-h200-20261206T0308-tail-e7.json").read_text())
+    for T in (17, 33):
+        assert _full(doc, T, "tail_e7_fp8") < 0.98 * _full(doc, T, "production")
+    assert abs(_full(doc, 65, "tail_e7_fp8") / _full(doc, 65, "production") - 1) < 0.01
+    # its splits end elsewhere at the tails, so its merge rounds differently there
+    assert all(c["equal"] or (c["nan"] == 0 and c["rel_err"] <= overlap.REL_TOL) for c in doc["same_output"])
+
+
 def _rounds(doc, T, tier, build, mode):
     return next(r["rounds_us"] for r in doc["rows"]
                 if (r["T"], r["tier"], r["build"], r["mode"], r["placement"]) == (T, tier, build, mode, "dram"))
