@@ -211,14 +211,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # with half 1 idle in tail CTAs and the tail row tile on its own, longer splits): tail_off never
     # takes them (the production before: equal splits, padding rows computed), tail_equal takes them
     # with equal splits (half 1 idle alone, the fourteenth session's production)
-    # both loops unrolled by two as pairs of tiles (2 k, 2 k + 1), each tile's parity and stage known to
-    # the compiler (tier_rowsd.cuh's UNROLL_ALIGN): unrolled as above, ptxas formed the second tile's
-    # copy values a tile early and ran its QK on one K buffer. The issue model (sm_90, copies taken):
-    # 1,637 cycles a tile against production's 1,700 and unroll2's 1,756; 12 bytes spilled on sm_90
-    "unroll2_align": (("MLAV_UNROLL=3", "MLAV_UNROLL_ALIGN=1"), (8,)),
-    # fp8's unrolled prefix loops (production) as the same pairs: the model 1,836 cycles a tile against
-    # 1,850, no spill
-    "unroll_align_fp8": (("MLAV_UNROLL_ALIGN_FP8=1",), (8,)),
+    # (unroll2_align and unroll_align_fp8, the unrolled loops as pairs of tiles (2 k, 2 k + 1), each
+    # tile's parity and stage known to the compiler (-DMLAV_UNROLL_ALIGN=1 with MLAV_UNROLL=3,
+    # -DMLAV_UNROLL_ALIGN_FP8=1): the issue model had bf16 at 1,637 cycles a tile against production's
+    # 1,700. Measured on an H200 (commit f1a7837, three rounds, rungs/overlap*-h200-20261206T0308-
+    # unroll-align.json, bit-equal): bf16 math alone -5.5 / -5.7 % (T = 8 / 32), as the model's loads-off
+    # figure, but the full call +0.6 / +0.8 %; fp8 +2.2 / +1.6 / +1.1 % (T = 8 / 16 / 32); deleted)
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
     # fp8's tail row tile on splits as long as the full ones' (8 / 8), the production before 7 / 8: fp8's

@@ -165,19 +165,9 @@ constexpr int UNROLL_FP8 = MLAV_UNROLL;
 constexpr int UNROLL_FP8 = 3;
 #endif
 
-// with UNROLL_MASK on bf16: 1 runs the unrolled loops in pairs of tiles (2 k, 2 k + 1), so that the
-// compiler knows each tile's parity and stage
-// (-DMLAV_UNROLL_ALIGN=1, diagnostic builds); -DMLAV_UNROLL_ALIGN_FP8=1 fp8's prefix loops likewise
-#ifdef MLAV_UNROLL_ALIGN
-constexpr bool UNROLL_ALIGN = MLAV_UNROLL_ALIGN;
-#else
-constexpr bool UNROLL_ALIGN = false;
-#endif
-#ifdef MLAV_UNROLL_ALIGN_FP8
-constexpr bool UNROLL_ALIGN_FP8 = MLAV_UNROLL_ALIGN_FP8;
-#else
-constexpr bool UNROLL_ALIGN_FP8 = false;
-#endif
+// (UNROLL_ALIGN, UNROLL_ALIGN_FP8: the unrolled loops as pairs of tiles (2 k, 2 k + 1), each tile's
+// parity and stage known to the compiler: math alone -5.5 % on bf16, but the full call +0.6 to
+// +2.2 % on both pools (H200, rungs/overlap*-h200-20261206T0308-unroll-align.json); deleted)
 
 // rows64d's tail CTAs: DDTree verifies D = budget + 1 nodes, so at 8 heads a request's last row
 // tile often holds <= 32 rows (D = 17: 8). In the kernels of TL = true, such a CTA runs half 1
@@ -1060,37 +1050,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     constexpr int UNR = (Lo::UNROLL_MASK >> decltype(half_tag)::value & 1) ? 2 : 1;
     if constexpr (FP8) {
       int j = j0;
-      if constexpr (UNR == 2 && UNROLL_ALIGN_FP8) {   // the prefix tiles in pairs (2 k, 2 k + 1), as bf16's below
-        if ((j & 1) && j < n_main()) step(j++, std::false_type());
-        if (!(j & 1)) {
-#pragma unroll 1
-          for (int k = j >> 1; 2 * k + 1 < n_main(); ++k) {
-            step(2 * k, std::false_type());
-            step(2 * k + 1, std::false_type());
-            j = 2 * k + 2;
-          }
-        }
-#pragma unroll 1
-        for (; j < n_main(); ++j) step(j, std::false_type());
-      } else {
 #pragma unroll (UNR)
-        for (; j < n_main(); ++j) step(j, std::false_type());
-      }
+      for (; j < n_main(); ++j) step(j, std::false_type());
       for (; j < n_tiles; ++j) step(j, std::true_type());
-    } else if constexpr (UNR == 2 && UNROLL_ALIGN) {
-      // pairs (2 k, 2 k + 1): the pair's parity and stages known to the compiler (buffers at
-      // immediate offsets, the second tile's stage the first's plus one), an odd first tile peeled
-      int j = j0;
-      if (j & 1) {
-        if (j < n_tiles) step(j, std::false_type());
-        ++j;
-      }
-#pragma unroll 1
-      for (int k = j >> 1; 2 * k + 1 < n_tiles; ++k) {
-        step(2 * k, std::false_type());
-        step(2 * k + 1, std::false_type());
-      }
-      if (n_tiles > j && ((n_tiles - j) & 1)) step(n_tiles - 1, std::false_type());
     } else {
 #pragma unroll (UNR)
       for (int j = j0; j < n_tiles; ++j) step(j, std::false_type());
