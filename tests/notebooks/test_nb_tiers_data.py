@@ -49,26 +49,26 @@ def test_tier_rows_match_the_kernel_and_the_recorded_files():
 
 
 def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
-    """The newest H200 bench (bench-h200-20261205T0244.json, the source of 2026-12-05 02:44: rows64d
-    with each half's thread-index values its own, FRESH_IDS; the bf16 small tier's machine code as at
-    03:52): T = 1 ran at 8-row tiles, 62.7 us (61.8 at 2026-12-04 19:48 with the same machine code),
-    against 158.3 us with rows64 forced; T = 4 ran rows32d; the centre ran rows64d, 102.4 us (median
-    of the sweeps that repeat it, bf16 rows only; 106.4 at 19:48 before FRESH_IDS) against 170.7 us
-    with rows64 forced."""
+    """The newest H200 bench (bench-h200-20261206T0303.json, commit f1a7837, kernel source
+    80c35d4bbef9b445: the machine code of 5554a9f9023e8978): T = 1 ran at 8-row tiles, 61.4 us (62.7
+    in bench-h200-20261205T0244.json, the kernel before the tail kernels and the early merge launch),
+    against 157.2 us with rows64 forced; T = 4 ran rows32d; the centre ran rows64d, 101.3 us (median
+    of the sweeps that repeat it, bf16 rows only; 102.4 in the 0244 file) against 170.7 us with
+    rows64 forced."""
     bench = data.newest(DATA, "bench")
     tab = data.tier_frame(data.bench_frame(bench, variants=True))
     t1 = data.select(tab, T=1, H=8, S=185000)
     assert len(t1) == 1
     r = t1.iloc[0]
     assert (r["tier"], r["tile"]) == (1, "small (8-row tiles)")
-    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "62.7 vs 158.3"
+    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "61.4 vs 157.2"
     assert data.centre_tier(tab) == 8
     t4 = data.select(tab, T=4, H=8, S=185000).iloc[0]
     assert (t4["tier"], t4["tile"]) == (6, "rows32d (32-row tiles)")
     c = data.select(tab, T=8, H=8, S=185000, batch=1, layout="scattered", page_size=1).iloc[0]
-    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "102.4 vs 170.7"
+    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "101.3 vs 170.7"
     flash_t1 = data.select(data.bench_frame(bench), impl=data.OURS, T=1)
-    assert [round(t, 1) for t in flash_t1["time_us"]] == [62.7]
+    assert [round(t, 1) for t in flash_t1["time_us"]] == [61.4]
 
 
 def test_recorded_backend_and_estimate_headlines():
