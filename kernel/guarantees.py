@@ -166,13 +166,13 @@ def main(argv=None) -> int:
     from .bench.env import env_info, git_commit, no_gpu, write_json
     if no_gpu("kernel.guarantees", "runs its checks on a GPU"):
         return 2
-    if "sglang-backend" in a.checks:
+    need = [c for c in a.checks if c in ("validation", "sglang-backend")]
+    if need:   # the validation compares with SGLang's kernel, the backend check runs SGLang's backend
         try:
             import sglang  # noqa: F401
         except ImportError as e:
-            print(f"error: --checks sglang-backend needs SGLang importable ({e}): `make sglang-bundle` where pip "
-                  "works, then PYTHONPATH=$PWD:$PWD/.sglang-site; or leave sglang-backend out of --checks",
-                  file=sys.stderr)
+            print(f"error: --checks {','.join(need)} need SGLang importable ({e}): `make sglang-bundle` where pip "
+                  "works, then PYTHONPATH=$PWD:$PWD/.sglang-site; or leave them out of --checks", file=sys.stderr)
             return 2
     commit = a.commit or git_commit()
     out = Path(a.out)

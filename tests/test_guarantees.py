@@ -114,3 +114,13 @@ def test_without_a_gpu_it_stops_before_starting_anything(tmp_path, capsys):
     assert g.main(["--out", str(tmp_path / "o")]) == 2
     assert "no CUDA device: kernel.guarantees" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_without_sglang_the_checks_that_compare_with_it_stop_with_the_fix(tmp_path, capsys, monkeypatch):
+    from kernel.bench import env
+    monkeypatch.setattr(env, "no_gpu", lambda *a, **k: False)
+    monkeypatch.setitem(sys.modules, "sglang", None)          # import sglang raises ImportError
+    assert g.main(["--out", str(tmp_path / "o"), "--checks", "validation,sanitize-memcheck"]) == 2
+    err = capsys.readouterr().err
+    assert "--checks validation need SGLang importable" in err and "make sglang-bundle" in err
+    assert not (tmp_path / "o").exists()
