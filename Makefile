@@ -51,6 +51,9 @@ sglang-server-bundle: $(STAMP) ## build .server-bundle/ (SGLang 0.5.23's server,
 gpu-run: ## on a CUDA machine: build, validate, benchmark with its own python3; JSON into OUT=dir (default reports/data)
 	PYTHONPATH=$(CURDIR) $(PY) -m kernel.gpu_run --out $${OUT:-reports/data}
 
+guarantees: ## on a CUDA machine: the checks a kernel change must pass before it ships, side by side (needs .sglang-site: make sglang-bundle); JSON into OUT=dir
+	PYTHONPATH=$(CURDIR):$(CURDIR)/.sglang-site $(PY) -m kernel.guarantees --out $${OUT:?set OUT=dir, the folder for the JSON}
+
 phase0: $(STAMP) ## render reports/00_baseline.html (SGLang's verify path at MLA shapes) and the index
 	$(VPY) -m notebooks.run phase0
 
@@ -69,7 +72,7 @@ reports: $(STAMP) ## measure anew if a CUDA GPU is here, then render every phase
 clean: ## remove build outputs (keeps .venv and reports/)
 	rm -rf build .pytest_cache
 
-.PHONY: help venv test test-sglang kernel-build sglang-bundle sglang-server-bundle gpu-run phase0 phase1 phase2 phase3 reports clean
+.PHONY: help venv test test-sglang kernel-build sglang-bundle sglang-server-bundle gpu-run guarantees phase0 phase1 phase2 phase3 reports clean
 
 # ---- rollout tool (rollout/, tests/rollout/) ----
 INVENTORY ?= rollout/inventory.example.toml
