@@ -127,6 +127,14 @@ def summarize(runs: dict[str, dict], out: Path, since: float) -> list[dict]:
     return rows
 
 
+def log_tail(log: Path, lines: int = 15) -> str:
+    """The last `lines` lines of a check's log ('' if it is missing)."""
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
 def table(rows: list[dict]) -> str:
     w = max(len(r["check"]) for r in rows)
     lines = [f"{'check':{w}s}  {'result':6s}  {'s':>5s}  detail"]
@@ -188,6 +196,10 @@ def main(argv=None) -> int:
     info = env_info(commit)
     path = write_json(out, "guarantees", dict(info, kind="guarantees", all_pass=all(r["passed"] for r in rows),
                                                checks=rows), info)
+    for r in rows:
+        if not r["passed"]:
+            print(f"\n[guarantees] {r['check']} failed; the end of {runs[r['check']]['log']}:\n"
+                  + log_tail(Path(runs[r["check"]]["log"])))
     print(f"\n{table(rows)}\n[guarantees] {path}")
     return 0 if all(r["passed"] for r in rows) else 1
 

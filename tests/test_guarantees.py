@@ -124,3 +124,10 @@ def test_without_sglang_the_checks_that_compare_with_it_stop_with_the_fix(tmp_pa
     err = capsys.readouterr().err
     assert "--checks validation need SGLang importable" in err and "make sglang-bundle" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_log_tail_gives_the_end_of_a_failed_checks_log(tmp_path):
+    log = tmp_path / "validation.log"
+    log.write_text("\n".join(f"line {i}" for i in range(40)))
+    assert g.log_tail(log, 3) == "line 37\nline 38\nline 39"
+    assert g.log_tail(tmp_path / "missing.log") == ""
