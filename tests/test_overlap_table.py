@@ -156,7 +156,7 @@ def test_fp8_tail_kernels_keep_equal_splits_where_longer_ones_lost():
 
 
 def test_fp8_tail_splits_at_seven_eighths_beat_equal_ones_where_the_schedule_said():
-    # the rung of tail_e7_fp8 (kernel/NOTES.md, 2026-12-06 twentieth session), H200, five rounds:
+    # the rung behind TAIL_E_FP8 = 7 (kernel/NOTES.md, 2026-12-06 twentieth session), H200, five rounds:
     # 7 / 8 gives the busiest full CTA fewer tiles at D = 17 and 33 on 132 SMs, none at 65
     doc = json.loads((RUNGS / "overlap-fp8-h200-20261206T0308-tail-e7.json").read_text())
     for T in (17, 33):
@@ -189,7 +189,7 @@ def test_each_build_whose_splits_differ_names_the_tail_weight_its_tiles_are_coun
     # clk_per_tile divides by the tiles of the build's own schedule, not production's
     assert set(overlap.TAIL_E_OF_BUILD) == overlap.SPLITS_DIFFER
     from kernel.bench.sm120_estimate import tail_e_of
-    assert tail_e_of(8, "fp8_e4m3", overlap.TAIL_E_OF_BUILD["tail_e7_fp8"]) == 7
-    assert tail_e_of(8, "fp8_e4m3") == 8                      # production's
+    assert tail_e_of(8, "fp8_e4m3", overlap.TAIL_E_OF_BUILD["tail_e8_fp8"]) == 8
+    assert tail_e_of(8, "fp8_e4m3") == 7                      # production's
     assert tail_e_of(8, "bfloat16", overlap.TAIL_E_OF_BUILD["tail_equal"]) == 8
-    assert overlap.VARIANTS["tail_e7_fp8"][0] == ("MLAV_TAIL_E_FP8=7",)
+    assert overlap.VARIANTS["tail_e8_fp8"][0] == ("MLAV_TAIL_E_FP8=8",)

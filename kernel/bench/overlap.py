@@ -219,13 +219,13 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # figure, but the full call +0.6 / +0.8 %; fp8 +2.2 / +1.6 / +1.1 % (T = 8 / 16 / 32); deleted)
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
-    # fp8's tail row tile on splits 8 / 7 as long as the full ones' (production: equal splits, 8 / 8):
-    # its CTAs cost 0.81-0.86 of a full one a tile, and the schedule gives the busiest full CTA 3.6-4.5 %
-    # fewer tiles at D = 17, 33 on 132 SMs (none at 65: the split count stays 14), 2.6-4.8 % at 17-65 on
-    # 188. Measured against production (commit f1a7837, H200, five rounds, within 1.6e-3,
-    # rungs/overlap-fp8-h200-20261206T0308-tail-e7.json): D = 17 -3.1 %, D = 33 -4.5 %, D = 65 -0.1 %;
-    # promoted once its guarantee set has run (tier_rowsd.cuh)
-    "tail_e7_fp8": (("MLAV_TAIL_E_FP8=7",), (8,)),
+    # fp8's tail row tile on splits as long as the full ones' (8 / 8), the production before 7 / 8: fp8's
+    # tail CTAs cost 0.81-0.86 of a full one a tile, and the schedule gives the busiest full CTA 3.6-4.5 %
+    # fewer tiles at D = 17, 33 on 132 SMs with 7 / 8 (none at 65: the split count stays 14), 2.6-4.8 % at
+    # 17-65 on 188. Measured as the variant tail_e7_fp8 (-DMLAV_TAIL_E_FP8=7) against it (commit f1a7837,
+    # H200, five rounds, rungs/overlap-fp8-h200-20261206T0308-tail-e7.json, within 1.6e-3): D = 17 -3.1 %,
+    # D = 33 -4.5 %, D = 65 -0.1 %
+    "tail_e8_fp8": (("MLAV_TAIL_E_FP8=8",), (8,)),
     # the merge's grid launched at the verify grid's exit, the production before each verify CTA let it
     # launch once its loop was done (verify_common.cuh, pdl_trigger): only the call with its merge
     # (--merge) can differ. Measured as the variant pdl_trigger (-DMLAV_PDL_TRIGGER) against it (commit
@@ -238,7 +238,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
 # that their merge rounds differently: held to production's output within REL_TOL (relative
 # 2-norm, o and lse) and no unwritten output, instead of bit for bit; each with the tail weight its
 # schedule runs per pool (eighths, plan_item's TAIL_E; {}: equal splits), which sets its tiles a CTA
-TAIL_E_OF_BUILD = {"tail_off": {}, "tail_equal": {}, "tail_e7_fp8": {**TAIL_E, FP8_KV: 7}}
+TAIL_E_OF_BUILD = {"tail_off": {}, "tail_equal": {}, "tail_e8_fp8": {**TAIL_E, FP8_KV: 8}}
 SPLITS_DIFFER = set(TAIL_E_OF_BUILD)
 REL_TOL = 1e-2
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools

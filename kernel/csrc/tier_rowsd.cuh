@@ -185,10 +185,10 @@ constexpr int UNROLL_FP8 = 3;
 // 20261205T1552-tail-cost-*.json), 0.76-0.78 in the full call at D = 17 and 65 (kernel/NOTES.md),
 // taken as 6 / 8. TAIL_E_FP8: fp8's tail CTAs cost about 0.81-0.86 of a full one (its half 1 issues
 // the tile's copies, and its half 0 runs the classic way), so that 6 / 8 made them set the call at
-// D = 65 (+3.5 %); they keep equal splits (8). 7 / 8 measured faster (H200: D = 17 -3.1 %, D = 33
-// -4.5 %, D = 65 a tie, rungs/overlap-fp8-h200-20261206T0308-tail-e7.json), but its guarantee set
-// (validation, graph replay, the SGLang backend and sanitizer checks) has not run yet: until it has,
-// it is overlap's variant tail_e7_fp8, not production
+// D = 65 (+3.5 %); 7 / 8 against equal splits (8 / 8): D = 17 -3.1 %, D = 33 -4.5 %, D = 65 a tie
+// (H200, rungs/overlap-fp8-h200-20261206T0308-tail-e7.json); production once `kernel.guarantees`
+// (validation, graph replay, SGLang's backend with memcheck, sanitizers) passed on this code
+// (reports/data/guarantees-*-20261206*.json)
 #ifdef MLAV_TAIL
 constexpr int TAIL = MLAV_TAIL;
 #else
@@ -202,7 +202,7 @@ constexpr int TAIL_E = 6;
 #ifdef MLAV_TAIL_E_FP8
 constexpr int TAIL_E_FP8 = MLAV_TAIL_E_FP8;
 #else
-constexpr int TAIL_E_FP8 = 8;
+constexpr int TAIL_E_FP8 = 7;
 #endif
 
 template <int HALVES, bool FP8 = false>
