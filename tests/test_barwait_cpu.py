@@ -39,3 +39,37 @@ def test_an_unknown_variant_is_named_before_any_gpu(capsys):
     assert barwait.main(["--out", "x", "--variant", "nope"]) == 2
     err = capsys.readouterr().err
     assert "--variant: 'nope'" in err and "copy_in_qk" in err
+
+
+RUNGS = CSRC.parents[1] / "reports" / "data" / "rungs"
+
+
+def _clk(name, T, mode, half, kind):
+    import json
+    doc = json.loads((RUNGS / name).read_text())
+    return next(r[f"{kind}_clk"] for r in doc["rows"]
+                if (r["kv_dtype"], r["T"], r["tier"], r["mode"], r["half"]) == ("bfloat16", T, 8, mode, half))
+
+
+def test_unrolled_math_saved_comes_back_at_the_cta_barrier_not_as_a_data_wait():
+    # the barwait pair of 2026-12-06 (H100, the code of 9caa1d3): the hypothesis that bf16's full call
+    # is floored by the copies' latency predicted unroll2's loop-top data wait to grow by most of the
+    # ~110-160 clocks its math saves a tile; it stayed under 20 in both builds, and half 1 waited the
+    # difference at the CTA barrier for half 0, whose busy time the loads lengthened more unrolled
+    prod, unr = "barwait-h100-20261206T0552-production.json", "barwait-h100-20261206T0552-unroll2.json"
+    for T in (8, 32):
+        for half in (0, 1):
+            assert _clk(prod, T, "full", half, "data") < 20 and _clk(unr, T, "full", half, "data") < 20
+        assert _clk(unr, T, "full", 1, "cta") > _clk(prod, T, "full", 1, "cta") + 150
+        loads = {f: _clk(f, T, "full", 0, "busy") - _clk(f, T, "no_loads", 0, "busy") for f in (prod, unr)}
+        assert loads[unr] > loads[prod] + 100
+
+
+def test_the_loads_cost_the_half_that_copies_whatever_its_share():
+    # h1_pieces3 (3 of each thread's 9 pieces in half 1): half 0 busy as without loads, half 1 paying
+    prod, h1 = "barwait-h100-20261206T0605-production.json", "barwait-h100-20261206T0605-h1-pieces3.json"
+    for T in (8, 32):
+        assert _clk(prod, T, "full", 0, "busy") - _clk(prod, T, "no_loads", 0, "busy") > 190
+        assert _clk(prod, T, "full", 1, "busy") - _clk(prod, T, "no_loads", 1, "busy") < 80
+        assert abs(_clk(h1, T, "full", 0, "busy") / _clk(h1, T, "no_loads", 0, "busy") - 1) < 0.01
+        assert _clk(h1, T, "full", 1, "busy") - _clk(h1, T, "no_loads", 1, "busy") > 150

@@ -193,3 +193,17 @@ def test_each_build_whose_splits_differ_names_the_tail_weight_its_tiles_are_coun
     assert tail_e_of(8, "fp8_e4m3") == 7                      # production's
     assert tail_e_of(8, "bfloat16", overlap.TAIL_E_OF_BUILD["tail_equal"]) == 8
     assert overlap.VARIANTS["tail_e8_fp8"][0] == ("MLAV_TAIL_E_FP8=8",)
+
+
+def test_half1_taking_part_of_bf16s_copy_block_lost_at_every_shape():
+    # the h1_pieces rung (kernel/NOTES.md, 2026-12-06 twenty-second session), one H100, three rounds,
+    # bit-equal: 2 or 3 of each thread's nine pieces in half 1, rolled or unrolled, never faster
+    doc = json.loads((RUNGS / "overlap-h100-20261206T0605-h1-pieces.json").read_text())
+    assert all(c["equal"] for c in doc["same_output"]) and not doc["not_timed_differs"]
+    for T in (8, 32):
+        base = _full(doc, T, "production")
+        for build in ("h1_pieces2", "h1_pieces3", "unroll2_h1p3", "unroll2_h1p4"):
+            assert _full(doc, T, build) > 1.02 * base, (T, build)
+    # unrolled, the math alone is still 8-9 % shorter at T = 32, and the full call still longer
+    nl = {r["build"]: r["time_us"] for r in doc["rows"] if (r["T"], r["mode"]) == (32, "no_loads")}
+    assert nl["unroll2"] < 0.93 * nl["production"] and _full(doc, 32, "unroll2") > _full(doc, 32, "production")

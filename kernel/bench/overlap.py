@@ -197,14 +197,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # rungs/overlap-h200-20261205T053*-unroll-spread-run{1,2,3}.json): +4.2 to +6.2 % full call
     "unroll2_spread": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=2"), (8,)),
     "unroll2_spread_late": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=3"), (8,)),
-    # bf16's copy block split between the halves: the last N of each thread's nine pieces in half 1,
-    # as one block before its QK(j), the rest in half 0's block (tier_rowsd.cuh, H1_PIECES), rolled
-    # and unrolled: barwait (H100, rungs/barwait-h100-20261206T0552-*.json) has the copies on half
-    # 0's path alone while half 1 waits 190 (unrolled 370) clocks a tile at the CTA barrier at T = 32
-    "h1_pieces2": (("MLAV_H1_PIECES=2",), (8,)),
-    "h1_pieces3": (("MLAV_H1_PIECES=3",), (8,)),
-    "unroll2_h1p3": (("MLAV_UNROLL=3", "MLAV_H1_PIECES=3"), (8,)),
-    "unroll2_h1p4": (("MLAV_UNROLL=3", "MLAV_H1_PIECES=4"), (8,)),
+    # (h1_pieces2, h1_pieces3, unroll2_h1p3, unroll2_h1p4: bf16's copy block split between the halves,
+    # the last N of each thread's nine pieces in half 1 as one block before its QK(j), rolled and
+    # unrolled (-DMLAV_H1_PIECES=N, commit 6e91aa3). Measured on an H100 (three rounds, bit-equal,
+    # rungs/overlap-h100-20261206T0605-h1-pieces.json): +2.9 to +3.1 % at T = 8, +5.2 / +5.3 % at
+    # T = 32 rolled, +5.5 to +8.3 % unrolled; barwait moved the loads' ~250 busy clocks a tile from
+    # half 0 to half 1 whole, with 3 of 9 pieces (rungs/barwait-h100-20261206T0605-*.json); deleted)
     # (ids_half0 and unroll_h1_ids_half0, bf16's slot-id copies by warp 0 (-DMLAV_IDS_WARP=0), rolled
     # and with half 1's loop unrolled: measured on an H100, 2026-12-05 (commit 5627f80, two runs,
     # rungs/overlap-h100-20261205T1208-ids-half0-run{1,2}.json, bit-equal): +1.8 to +2.4 % / +0.1 to

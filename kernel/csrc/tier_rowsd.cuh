@@ -90,18 +90,6 @@ constexpr int SPLIT_COPIES_BF16 = MLAV_SPLIT_COPIES, SPLIT_COPIES_FP8 = MLAV_SPL
 #else
 constexpr int SPLIT_COPIES_BF16 = 6, SPLIT_COPIES_FP8 = 0;
 #endif
-// with SPLIT_COPIES = 6 (bf16): the last H1_PIECES of each thread's nine pieces go to half 1, as one
-// block before its QK(j) (the stage is free and the slot ids visible there as at half 0's block), so
-// that the copies' cost splits between the halves. In production half 0 carries all of it: the
-// loads add 200-250 clocks a tile to its busy time while half 1 waits 190 a tile at the CTA barrier
-// (T = 32; with the unrolled loops 380 and 370; H100, rungs/barwait-h100-20261206T0552-*.json).
-// 0: production; -DMLAV_H1_PIECES (diagnostic builds, overlap's h1_pieces* variants)
-#ifdef MLAV_H1_PIECES
-constexpr int H1_PIECES_BF16 = MLAV_H1_PIECES;
-#else
-constexpr int H1_PIECES_BF16 = 0;
-#endif
-static_assert(H1_PIECES_BF16 >= 0 && H1_PIECES_BF16 < 9, "H1_PIECES: 0 to 8 of the nine pieces");
 // fp8 rows64d (H0_LAG = 0, COPY_AT = 2): K >= 0 gives half 0 the late copies, piece i at the top
 // of its PV(j)'s column step K + i, and half 1 none; -1 leaves them to half 1's QK. Production 3:
 // the copies cost whichever half issues them 160-450 clocks a tile and half 1 is fp8's longer
@@ -198,9 +186,9 @@ constexpr int UNROLL_FP8 = 3;
 // taken as 6 / 8. TAIL_E_FP8: fp8's tail CTAs cost about 0.81-0.86 of a full one (its half 1 issues
 // the tile's copies, and its half 0 runs the classic way), so that 6 / 8 made them set the call at
 // D = 65 (+3.5 %); 7 / 8 against equal splits (8 / 8): D = 17 -3.1 %, D = 33 -4.5 %, D = 65 a tie
-// (H200, rungs/overlap-fp8-h200-20261206T0308-tail-e7.json); production once `kernel.guarantees`
+// (H200, rungs/overlap-fp8-h200-20261206T0308-tail-e7.json); production since `kernel.guarantees`
 // (validation, graph replay, SGLang's backend with memcheck, sanitizers) passed on this code
-// (reports/data/guarantees-*-20261206*.json)
+// (H100, rungs/guarantees-h100-20261206T0547-tail-e7/)
 #ifdef MLAV_TAIL
 constexpr int TAIL = MLAV_TAIL;
 #else
@@ -458,10 +446,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
                 "SPLIT_COPIES: 0, 2, 3, 5 or 6");
   // half 1's QK takes the softmax where its k-steps hold no copies (fp8 on sm_80, 86: COPY_AT 1)
   constexpr int H1_LAG = KIND == PARTS || !SPLIT ? 0 : FP8 ? H1_LAG_FP8 : H1_LAG_BF16;
-  // half 1's share of bf16's copy block (H1_PIECES_BF16): pieces 9 - H1P .. 8, half 0 the rest
-  constexpr int H1P = !FP8 && HALVES == 2 && SPLIT && SPLIT_COPIES == 6 ? H1_PIECES_BF16 : 0;
-  static_assert(H1P == 0 || H1_LAG == 0, "H1_PIECES: half 1's block sits in the step of H1_LAG = 0");
-  constexpr int H0_PIECES = H1P ? 9 - H1P : 10;   // (10: piece 9 copies nothing on bf16; the loops as measured)
   const bool loads = KIND == MATH_ALONE ? false
                     : (KIND == PROD && FIX_LOADS) || !(p.mode & MODE_NO_LOADS);
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
@@ -958,7 +942,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         pv(j - 1, draft_tag, [&](int c) {
           if (cp && SPLIT_COPIES >= 5) {
             if (c == (SPLIT_COPIES == 5 ? 0 : 7))
-              for (int i = 0; i < (H1P ? 9 - H1P : 9); ++i) sh.piece(i);
+              for (int i = 0; i < 9; ++i) sh.piece(i);
           } else if (cp) {
             if (SPLIT_COPIES == 2) sh.piece(c);
             if (SPLIT_COPIES == 3 && c > 0) sh.piece(c - 1);
@@ -974,7 +958,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       } else {
         if (do_sm) softmax(j);
         if (cp)
-          for (int i = 0; i < H0_PIECES; ++i) sh.piece(i);
+          for (int i = 0; i < 10; ++i) sh.piece(i);
       }
     } else if constexpr (H0PV) {
       // tile j + AH's copies (fp8's five pieces, CopyShare) between PV(j)'s column steps
@@ -998,16 +982,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     if (COPY_AT) cp_async_commit();
   };
-  // half 1's pieces of tile j + AH's copies (H1P; none in production)
-  auto h1_pieces = [&](int j) {
-    if constexpr (H1P > 0) {
-      if (loads) {
-        const CopyShare sh = copy_share(j + AH);
-#pragma unroll
-        for (int i = 9 - H1P; i < 9; ++i) sh.piece(i);
-      }
-    }
-  };
   // idle_tag (std::true_type): half 1 of a tail CTA, its tile steps without the math (TAIL)
   auto step1x = [&](int j, auto draft_tag, auto idle_tag) {
     top(j);
@@ -1021,7 +995,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           for (int kk = 0; kk < QK_STEPS; ++kk) sh.piece(kk);
         }
       }
-      h1_pieces(j);
       if (COPY_AT) cp_async_commit();
       return;
     }
@@ -1061,7 +1034,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if constexpr (COPY_AT == 1 && HALVES == 2 && !SPLIT) {
       if (loads) copy_tile(j + AH);
     }
-    h1_pieces(j);
     if constexpr (COPY_AT == 2 && HALVES == 2) {
       qk_copying(j, draft_tag);
     } else {
@@ -1096,7 +1068,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (do_sm) softmax(0);
     if (SPLIT && loads && !decltype(draft_tag)::value) {   // tile AH's copies
       const CopyShare sh = copy_share(AH);
-      for (int i = 0; i < H0_PIECES; ++i) sh.piece(i);
+      for (int i = 0; i < 10; ++i) sh.piece(i);
     }
     if (COPY_AT) cp_async_commit();
   };
