@@ -197,6 +197,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # rungs/overlap-h200-20261205T053*-unroll-spread-run{1,2,3}.json): +4.2 to +6.2 % full call
     "unroll2_spread": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=2"), (8,)),
     "unroll2_spread_late": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=3"), (8,)),
+    # the work item's fields in an order whose 16-byte group rowsd's copy addresses read whole
+    # (verify_common.cuh, -DMLAV_ITEM_COPY_ORDER): every tier's item layout changes, rows64d's half 0
+    # loses a load-use wait at its loop top; rolled and unrolled (bf16)
+    "item_order": (("MLAV_ITEM_COPY_ORDER",), (8,)),
+    "unroll2_item_order": (("MLAV_UNROLL=3", "MLAV_ITEM_COPY_ORDER"), (8,)),
     # (h1_pieces2, h1_pieces3, unroll2_h1p3, unroll2_h1p4: bf16's copy block split between the halves,
     # the last N of each thread's nine pieces in half 1 as one block before its QK(j), rolled and
     # unrolled (-DMLAV_H1_PIECES=N, commit 6e91aa3). Measured on an H100 (three rounds, bit-equal,
