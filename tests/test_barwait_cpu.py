@@ -73,3 +73,12 @@ def test_the_loads_cost_the_half_that_copies_whatever_its_share():
         assert _clk(prod, T, "full", 1, "busy") - _clk(prod, T, "no_loads", 1, "busy") < 80
         assert abs(_clk(h1, T, "full", 0, "busy") / _clk(h1, T, "no_loads", 0, "busy") - 1) < 0.01
         assert _clk(h1, T, "full", 1, "busy") - _clk(h1, T, "no_loads", 1, "busy") > 150
+
+
+def test_a_shorter_copying_half_hands_the_loads_cost_to_the_other():
+    # item_order (2026-12-06, H100): half 0's loop-top load-use wait gone, its busy time with loads
+    # ~100 clocks a tile shorter at T = 32, and half 1's as much longer: a shared cost, not half 0's own
+    prod, io = "barwait-h100-20261206T0627-production.json", "barwait-h100-20261206T0627-item-order.json"
+    assert _clk(io, 32, "full", 0, "busy") < _clk(prod, 32, "full", 0, "busy") - 80
+    assert _clk(io, 32, "full", 1, "busy") > _clk(prod, 32, "full", 1, "busy") + 50
+    assert _clk(io, 32, "full", 1, "busy") > _clk(io, 32, "full", 0, "busy")   # half 1 now the longer

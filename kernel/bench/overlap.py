@@ -197,11 +197,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # rungs/overlap-h200-20261205T053*-unroll-spread-run{1,2,3}.json): +4.2 to +6.2 % full call
     "unroll2_spread": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=2"), (8,)),
     "unroll2_spread_late": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=3"), (8,)),
-    # the work item's fields in an order whose 16-byte group rowsd's copy addresses read whole
-    # (verify_common.cuh, -DMLAV_ITEM_COPY_ORDER): every tier's item layout changes, rows64d's half 0
-    # loses a load-use wait at its loop top; rolled and unrolled (bf16)
-    "item_order": (("MLAV_ITEM_COPY_ORDER",), (8,)),
-    "unroll2_item_order": (("MLAV_UNROLL=3", "MLAV_ITEM_COPY_ORDER"), (8,)),
+    # (item_order, unroll2_item_order: the work item's fields reordered so that rowsd's copy
+    # addresses read p0, p1, S, qo0 as one 16-byte group, which took a load-use wait out of half 0's
+    # loop top (-DMLAV_ITEM_COPY_ORDER, commit c0ef52e). Measured on an H100 (five rounds, bit-equal,
+    # rungs/overlap-h100-20261206T0627-item-order.json): -0.8 % at T = 8, +0.4 % at T = 32 rolled,
+    # -1.1 % / 0.0 % unrolled against unroll2; barwait: half 0 98 busy clocks a tile shorter, half 1
+    # 75 longer (rungs/barwait-h100-20261206T0627-*.json); deleted)
     # (h1_pieces2, h1_pieces3, unroll2_h1p3, unroll2_h1p4: bf16's copy block split between the halves,
     # the last N of each thread's nine pieces in half 1 as one block before its QK(j), rolled and
     # unrolled (-DMLAV_H1_PIECES=N, commit 6e91aa3). Measured on an H100 (three rounds, bit-equal,

@@ -254,25 +254,12 @@ __device__ __forceinline__ void cta_bar_unaligned() {
   asm volatile("barrier.sync 0;\n" ::: "memory");
 }
 
-// -DMLAV_ITEM_COPY_ORDER (diagnostic): p0, p1, S and qo0, the fields rowsd's copy addresses read, in
-// one 16-byte group. In production's order ptxas loads nrt, p0, p1, S with one LDS.128 at the top of
-// rows64d's half 0 loop and writes over the dead nrt register at once, a wait for the load there
-// (1,244 of the loop's 19,260 stall samples at T = 32 on an H100; the math alone has no such load)
-#ifdef MLAV_ITEM_COPY_ORDER
-struct Item {
-  int b, rt, split, ns;
-  int p0, p1, S, qo0;  // KV positions [p0, p1) of this split (prefix then draft), S, qo0
-  int nrt, T, part_slot;
-  long long kv0, m0;   // kv_indptr[b], mask_indptr[b]
-};
-#else
 struct Item {
   int b, rt, split, ns, nrt;
   int p0, p1;          // KV positions [p0, p1) of this split (prefix then draft)
   int S, T, qo0, part_slot;
   long long kv0, m0;   // kv_indptr[b], mask_indptr[b]
 };
-#endif
 
 // Every CTA derives the whole schedule from the sequence lengths (under 2 us, no
 // extra launch) and picks its own item. Returns false when this CTA has no work.
