@@ -164,6 +164,13 @@ def test_fp8_tail_splits_at_seven_eighths_beat_equal_ones_where_the_schedule_sai
     assert abs(_full(doc, 65, "tail_e7_fp8") / _full(doc, 65, "production") - 1) < 0.01
     # its splits end elsewhere at the tails, so its merge rounds differently there
     assert all(c["equal"] or (c["nan"] == 0 and c["rel_err"] <= overlap.REL_TOL) for c in doc["same_output"])
+    # the same pair as production (7 / 8) against tail_e8_fp8 on an H100 (2026-12-06 twenty-second
+    # session, five rounds, with the merge too): the same gains at 17 and 33, a tie at 65
+    h100 = json.loads((RUNGS / "overlap-fp8-h100-20261206T0630-tail-e7-confirm.json").read_text())
+    for T in (17, 33):
+        assert _full(h100, T, "production") < 0.98 * _full(h100, T, "tail_e8_fp8")
+    assert abs(_full(h100, 65, "production") / _full(h100, 65, "tail_e8_fp8") - 1) < 0.01
+    assert all(overlap.same_enough(c["build"], c) for c in h100["same_output"])
 
 
 def _rounds(doc, T, tier, build, mode):
