@@ -30,15 +30,17 @@ CHECKS = ("validation", "sglang-backend", "sanitize-memcheck", "sanitize-syncche
 OPTIONAL = ("sanitize-racecheck", "sanitize-initcheck")
 MIN_CASES = 500          # the validation's random cases a pool that the guarantee promises
 PROGRESS_S = 30
+# the checks that gpu_run runs: its --stages and the file it writes (both need SGLang importable: the
+# validation compares with SGLang's kernel, the backend check runs SGLang's backend)
+GPU_RUN = {"validation": ("validate,graph", "validation-*.json"),
+           "sglang-backend": ("sglang-backend", "sglang-backend-*.json")}
 
 
 def command(check: str, out: Path, tiers: str, commit: str) -> list[str]:
     """The argv that runs `check`, writing its JSON into `out`."""
     py = [sys.executable, "-m"]
-    if check == "validation":
-        return py + ["kernel.gpu_run", "--stages", "validate,graph", "--out", str(out), "--commit", commit]
-    if check == "sglang-backend":
-        return py + ["kernel.gpu_run", "--stages", "sglang-backend", "--out", str(out), "--commit", commit]
+    if check in GPU_RUN:
+        return py + ["kernel.gpu_run", "--stages", GPU_RUN[check][0], "--out", str(out), "--commit", commit]
     tool = check.removeprefix("sanitize-")
     return py + ["kernel.bench.sanitize_tiers", "--under", tool, "--out", str(out), "--commit", commit] + \
         (["--tiers", tiers] if tiers else [])
@@ -46,8 +48,7 @@ def command(check: str, out: Path, tiers: str, commit: str) -> list[str]:
 
 def result_file(check: str, out: Path, since: float) -> Path | None:
     """The newest file `check` wrote into `out` at or after `since` (epoch s); None if none."""
-    pattern = {"validation": "validation-*.json", "sglang-backend": "sglang-backend-*.json"}.get(
-        check, f"sanitize-tiers-{check.removeprefix('sanitize-')}.json")
+    pattern = GPU_RUN[check][1] if check in GPU_RUN else f"sanitize-tiers-{check.removeprefix('sanitize-')}.json"
     files = [Path(f) for f in glob.glob(str(out / pattern)) if os.path.getmtime(f) >= since - 1]
     return max(files, key=os.path.getmtime) if files else None
 
@@ -174,8 +175,8 @@ def main(argv=None) -> int:
     from .bench.env import env_info, git_commit, no_gpu, write_json
     if no_gpu("kernel.guarantees", "runs its checks on a GPU"):
         return 2
-    need = [c for c in a.checks if c in ("validation", "sglang-backend")]
-    if need:   # the validation compares with SGLang's kernel, the backend check runs SGLang's backend
+    need = [c for c in a.checks if c in GPU_RUN]
+    if need:
         try:
             import sglang  # noqa: F401
         except ImportError as e:
@@ -194,14 +195,14 @@ def main(argv=None) -> int:
                    say=lambda s: print(s, flush=True))
     rows = summarize(runs, out, since)
     info = env_info(commit)
-    path = write_json(out, "guarantees", dict(info, kind="guarantees", all_pass=all(r["passed"] for r in rows),
-                                               checks=rows), info)
+    all_pass = all(r["passed"] for r in rows)
+    path = write_json(out, "guarantees", dict(info, kind="guarantees", all_pass=all_pass, checks=rows), info)
     for r in rows:
         if not r["passed"]:
             print(f"\n[guarantees] {r['check']} failed; the end of {runs[r['check']]['log']}:\n"
                   + log_tail(Path(runs[r["check"]]["log"])))
     print(f"\n{table(rows)}\n[guarantees] {path}")
-    return 0 if all(r["passed"] for r in rows) else 1
+    return 0 if all_pass else 1
 
 
 if __name__ == "__main__":
