@@ -1,5 +1,6 @@
 """kernel/bench/barwait.py on the CPU: the counters' layout against the kernel's, the per-tile
 arithmetic, the table, and the GPU check's error."""
+import json
 import re
 from pathlib import Path
 
@@ -45,7 +46,6 @@ RUNGS = CSRC.parents[1] / "reports" / "data" / "rungs"
 
 
 def _clk(name, T, mode, half, kind):
-    import json
     doc = json.loads((RUNGS / name).read_text())
     return next(r[f"{kind}_clk"] for r in doc["rows"]
                 if (r["kv_dtype"], r["T"], r["tier"], r["mode"], r["half"]) == ("bfloat16", T, 8, mode, half))
