@@ -238,6 +238,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # H200, five rounds, rungs/overlap-fp8-h200-20261206T0308-tail-e7.json, within 1.6e-3): D = 17 -3.1 %,
     # D = 33 -4.5 %, D = 65 -0.1 %
     "tail_e8_fp8": (("MLAV_TAIL_E_FP8=8",), (8,)),
+    # fp8 rows64d's prefix rows by one cp.async.bulk each on sm_90 / sm_120 (tier_rowsd.cuh's BULK8)
+    "bulk8": (("MLAV_BULK8",), (8,)),
     # the merge's grid launched at the verify grid's exit, the production before each verify CTA let it
     # launch once its loop was done (verify_common.cuh, pdl_trigger): only the call with its merge
     # (--merge) can differ. Measured as the variant pdl_trigger (-DMLAV_PDL_TRIGGER) against it (commit
