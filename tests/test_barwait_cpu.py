@@ -82,3 +82,20 @@ def test_a_shorter_copying_half_hands_the_loads_cost_to_the_other():
     assert _clk(io, 32, "full", 0, "busy") < _clk(prod, 32, "full", 0, "busy") - 80
     assert _clk(io, 32, "full", 1, "busy") > _clk(prod, 32, "full", 1, "busy") + 50
     assert _clk(io, 32, "full", 1, "busy") > _clk(io, 32, "full", 0, "busy")   # half 1 now the longer
+
+
+def test_bulk_copies_lengthened_the_half_that_issues_them_and_landed_late():
+    # bulk8 (2026-12-06, H100, fp8 T = 16): without its LDGSTS half 1's busy time fell, but issuing the
+    # 16 bulk copies cost half 0 more than the ten LDGSTS pieces they replaced, and the rows landed late
+    # (the loop-top wait from ~6 to over 100 clocks a tile)
+    def clk(name, mode, half, kind):
+        doc = json.loads((RUNGS / name).read_text())
+        return next(r[f"{kind}_clk"] for r in doc["rows"]
+                    if (r["kv_dtype"], r["T"], r["tier"], r["mode"], r["half"]) == ("fp8_e4m3", 16, 8, mode, half))
+
+    prod, bulk = "barwait-h100-20261206T0746-production.json", "barwait-h100-20261206T0746-bulk8.json"
+    assert clk(bulk, "full", 0, "busy") > clk(prod, "full", 0, "busy") + 150
+    assert clk(bulk, "full", 1, "busy") < clk(prod, "full", 1, "busy") - 50
+    for half in (0, 1):
+        assert clk(prod, "full", half, "data") < 20 and clk(bulk, "full", half, "data") > 100
+        assert abs(clk(bulk, "no_loads", half, "busy") / clk(prod, "no_loads", half, "busy") - 1) < 0.02

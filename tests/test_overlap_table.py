@@ -223,3 +223,22 @@ def test_the_item_order_that_shortened_half_0_tied_in_the_full_call():
     assert all(c["equal"] for c in doc["same_output"])
     for T in (8, 32):
         assert abs(_full(doc, T, "item_order") / _full(doc, T, "production") - 1) < 0.01
+
+
+def test_bulk_copies_of_fp8_rows_were_slower_than_the_cp_async_they_replaced():
+    # the bulk8 rung (kernel/NOTES.md, 2026-12-06 twenty-third session), one H100, three rounds,
+    # bit-equal: one cp.async.bulk a 576-byte row lost the full call at every T by 8 % or more, its
+    # stream alone tying from DRAM (T = 8, one row tile) and losing where row tiles share the KV range
+    doc = json.loads((RUNGS / "overlap-fp8-h100-20261206T0746-bulk8.json").read_text())
+    assert all(r["equal"] for r in doc["same_output"] if r["build"] == "bulk8")
+
+    def t(T, build, mode):
+        return next(r["time_us"] for r in doc["rows"]
+                    if (r["T"], r["build"], r["mode"], r["placement"]) == (T, build, mode, "dram"))
+
+    for T in (8, 16, 32):
+        assert t(T, "bulk8", "full") > 1.08 * t(T, "production", "full")
+        assert abs(t(T, "bulk8", "no_loads") / t(T, "production", "no_loads") - 1) < 0.01
+    assert abs(t(8, "bulk8", "no_math") / t(8, "production", "no_math") - 1) < 0.02
+    for T in (16, 32):
+        assert t(T, "bulk8", "no_math") > 1.15 * t(T, "production", "no_math")

@@ -238,8 +238,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # H200, five rounds, rungs/overlap-fp8-h200-20261206T0308-tail-e7.json, within 1.6e-3): D = 17 -3.1 %,
     # D = 33 -4.5 %, D = 65 -0.1 %
     "tail_e8_fp8": (("MLAV_TAIL_E_FP8=8",), (8,)),
-    # fp8 rows64d's prefix rows by one cp.async.bulk each on sm_90 / sm_120 (tier_rowsd.cuh's BULK8)
-    "bulk8": (("MLAV_BULK8",), (8,)),
+    # (bulk8, -DMLAV_BULK8, commit a55d43a: fp8 rows64d's prefix rows by one cp.async.bulk each on sm_90 /
+    # sm_120, 16 a tile from lanes 0-3 of half 0's warps at H0PV's column step, completing on an mbarrier
+    # a stage that every thread waited on in top(j). Measured on an H100 (three rounds, bit-equal,
+    # rungs/overlap-fp8-h100-20261206T0746-bulk8.json): the full call +10.5 / +10.6 / +10.2 % at T = 8 /
+    # 16 / 32, the loads alone a tie at T = 8 and +20 / +29 % at 16 / 32; barwait: issuing them cost half
+    # 0 more than the LDGSTS they replaced (kernel/NOTES.md); deleted)
     # the merge's grid launched at the verify grid's exit, the production before each verify CTA let it
     # launch once its loop was done (verify_common.cuh, pdl_trigger): only the call with its merge
     # (--merge) can differ. Measured as the variant pdl_trigger (-DMLAV_PDL_TRIGGER) against it (commit

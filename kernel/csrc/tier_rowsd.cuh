@@ -110,17 +110,6 @@ constexpr bool H0PV_PAIRS_FP8 = false;
 #else
 constexpr bool H0PV_PAIRS_FP8 = true;
 #endif
-// fp8 rows64d on sm_90 / sm_120 with -DMLAV_BULK8 (diagnostic): each prefix row of a tile by one
-// cp.async.bulk of its 576 bytes into its padded stage row (lanes 0-3 of half 0's warps, at H0PV's
-// column step), completing on the stage's mbarrier, which every thread waits on in top(j), instead
-// of 4-5 16-byte cp.async by each of 128 threads: memory-pipeline work out of the tile (the test
-// the twenty-second session's section of kernel/NOTES.md asks for). Rows past the prefix in its
-// last tile get no copy; they are zeroed once before the first copy (stale bytes may be e4m3 NaN)
-#ifdef MLAV_BULK8
-constexpr bool BULK8_FP8 = true;
-#else
-constexpr bool BULK8_FP8 = false;
-#endif
 // rows64d's half 1: 0 runs softmax(j - 1), PV(j - 1), QK(j) in its step j; 1 runs QK(j) with
 // softmax(j - 1)'s stages between its k-steps (0, 2, 4, 6), then, past its half barrier, stores
 // S(j) and runs PV(j - 1): half 1's softmax chain in the shadow of its own MMAs, as H0_LAG does for
@@ -249,8 +238,7 @@ struct Layout {
   static constexpr int OFF_IDX = (OFF_LSE + BM * 4 + 15) / 16 * 16;   // [IDX_WIN][BN] slot ids, 8 B each
   static constexpr int OFF_ITEM = OFF_IDX + IDX_WIN * BN * 8;        // this CTA's Item
   static constexpr int OFF_FP8 = OFF_ITEM + (int)((sizeof(Item) + 15) / 16 * 16);   // fp8: n_main, pscale
-  static constexpr int OFF_MBAR = OFF_FP8 + 16;          // fp8 with BULK8: an mbarrier a stage
-  static constexpr int SMEM = OFF_FP8 + (FP8 ? 16 + (BULK8_FP8 ? 8 * KST : 0) : 0);
+  static constexpr int SMEM = OFF_FP8 + (FP8 ? 16 : 0);
   static constexpr int MIN_BLOCKS = HALVES == 1 ? 2 : 1;
   static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
   static_assert(BM * OSTRIDE * 2 <= RING, "the output staging reuses the ring");
@@ -289,27 +277,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // 98.2 against 98.5 us)
   constexpr int H0_LAG = KIND == PARTS ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
   extern __shared__ __align__(128) uint8_t smem[];
-  // BULK8 (above): the prefix rows by bulk copies; needs COPY_AT = 2 and H0PV (asserted below)
-  constexpr bool BULK = BULK8_FP8 && MLAV_HAS_BULK && FP8 && HALVES == 2;
-  constexpr int ROW_BYTES8 = CHUNKS8 * 16;
-  const uint32_t mbar0 = smem_u32(smem + Lo::OFF_MBAR);   // stage s's mbarrier at + 8 s
   {
     Item item;
     if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8>(
             p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
-    if constexpr (BULK) {
-      if (threadIdx.x == 0) {
-        for (int s = 0; s < Lo::KST; ++s) mbar_init(mbar0 + 8 * s, BN);   // an arrival a token row
-        mbar_init_fence();
-      }
-      const int n = min(item.p1, item.S) - item.p0;      // prefix rows of this item
-      if (n > 0) {
-        const int last = (n - 1) / BN, v = n - last * BN;
-        uint4* z = reinterpret_cast<uint4*>(smem + (last % Lo::KST) * Lo::STAGE8 + v * Lo::ROW8);
-        for (int u = threadIdx.x; u < (BN - v) * Lo::ROW8 / 16; u += THREADS) z[u] = make_uint4(0u, 0u, 0u, 0u);
-        fence_proxy_async_smem();
-      }
-    }
     // the item's fields are read from shared memory where used, not held in registers through
     // the loop (at 255 registers every live value counts)
     if (threadIdx.x == 0) *reinterpret_cast<Item*>(smem + Lo::OFF_ITEM) = item;
@@ -406,13 +377,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const bool ok = pos < it.p1 && pos < it.S;
     const uint8_t* src = ok ? p.kv8 + slot * p.kv_stride : p.kv8;
     uint8_t* dst = ring8 + (tile % Lo::KST) * Lo::STAGE8 + ld_tok * Lo::ROW8;
-    if constexpr (BULK) {   // one thread a token row
-      if (ld_lane != 0) return;
-      const uint32_t bar = mbar0 + 8 * (tile % Lo::KST);
-      mbar_arrive_tx(bar, ok ? ROW_BYTES8 : 0);
-      if (ok) bulk_copy(smem_u32(dst), src, ROW_BYTES8, bar, policy_kv(evict_first));
-      return;
-    }
     const uint64_t pol = policy_evict_first();
 #pragma unroll
     for (int i = 0; i < (CHUNKS8 + TPT - 1) / TPT; ++i) {
@@ -476,7 +440,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // in the classic step (fp8, PV's column steps H0PV_AT .. + 4)
   constexpr int H0PV_AT = H0PV_AT_FP8;
   constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && COPY_AT == 2 && H0PV_AT >= 0;
-  static_assert(!BULK || H0PV, "BULK8: half 0 issues the copies in its PV (H0PV)");
   static_assert(H0PV_AT + 4 < 8, "H0PV_AT: every piece inside PV's 8 column steps");
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3 || SPLIT_COPIES == 5 || SPLIT_COPIES == 6,
@@ -915,21 +878,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     return c;
   };
-  // BULK: tile t's prefix rows, lanes 0-3 of each of half 0's warps one row each (token 4 d + lane):
-  // an arrival each (announcing the row's bytes, or none past the prefix), then the copy
-  auto bulk_rows = [&](int t) {
-    if (lane >= BN / 4) return;
-    const int tok = 4 * d + lane;
-    const int pos = it.p0 + t * BN + tok;
-    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((t % IDX_WIN) * BN + tok) * 8);
-    const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;
-    const bool ok = (pos < it.p1) & (pos < it.S);
-    const uint32_t bar = mbar0 + 8 * (t % Lo::KST);
-    mbar_arrive_tx(bar, ok ? ROW_BYTES8 : 0);
-    if (ok)
-      bulk_copy(smem_u32(ring8 + (t % Lo::KST) * Lo::STAGE8 + tok * Lo::ROW8),
-                p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride, ROW_BYTES8, bar, policy_kv(evict_first));
-  };
   MLAV_BW(unsigned bw_data = 0, bw_cta = 0, bw_half = 0, bw_tiles = 0);
   auto half_bar = [&]() {
     MLAV_BW(const unsigned t0 = clock());
@@ -943,9 +891,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto top = [&](int j) {
     MLAV_BW(const unsigned t0 = clock());
     cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();   // tile j landed (this thread's copies)
-    if constexpr (BULK) {   // (every thread: the bytes are visible to the threads that wait)
-      if (loads && j < n_main()) mbar_wait(mbar0 + 8 * (j % Lo::KST), (j / Lo::KST) & 1);
-    }
     MLAV_BW(const unsigned t1 = clock());
     // tile j visible; every half is past its last read of tile j + AHEAD - KST, whose stage
     // takes tile j + AHEAD (fp8: only prefix tiles go through the ring). Each half reaches it in
@@ -1019,14 +964,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // tile j + AH's copies (fp8's five pieces, CopyShare) between PV(j)'s column steps
       if (do_sm) softmax(j);
       half_bar();
-      if constexpr (BULK) {
-        if (do_pv) pv(j, draft_tag, [&](int c) {
-          if (cp && c == H0PV_AT) bulk_rows(j + AH);
-        });
-        else if (cp) bulk_rows(j + AH);
-        if (COPY_AT) cp_async_commit();
-        return;
-      }
       const CopyShare sh = copy_share(cp ? j + AH : 0);
       if (do_pv) pv(j, draft_tag, [&](int c) {
         if (H0PV_PAIRS_FP8) {

@@ -172,53 +172,6 @@ __device__ __forceinline__ uint64_t policy_kv(bool evict_first) {
   asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(pn));
   return evict_first ? pf : pn;
 }
-// Bulk copies (the TMA unit's non-tensor form, sm_90 and sm_120): a whole 16-byte-aligned row into
-// shared memory with one instruction, its bytes completing on an mbarrier (rows64d's fp8 copy
-// with -DMLAV_BULK8; kernel/NOTES.md). No-ops below sm_90, where nothing calls them.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define MLAV_HAS_BULK 1
-#else
-#define MLAV_HAS_BULK 0
-#endif
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-#if MLAV_HAS_BULK
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-#endif
-}
-// the inits visible to the async proxy; before the CTA barrier that follows them
-__device__ __forceinline__ void mbar_init_fence() {
-#if MLAV_HAS_BULK
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-// this thread's generic writes to shared memory ordered before later bulk copies to it
-__device__ __forceinline__ void fence_proxy_async_smem() {
-#if MLAV_HAS_BULK
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-// one arrival on this phase, announcing `bytes` that copies will complete on it (0: none)
-__device__ __forceinline__ void mbar_arrive_tx(uint32_t bar, uint32_t bytes) {
-#if MLAV_HAS_BULK
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-// `bytes` (a multiple of 16) from 16-byte-aligned global src to 16-byte-aligned shared dst, under
-// the L2 policy pol, counted on bar (.shared::cta: with ::cluster ptxas adds a slow path per copy)
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t pol) {
-#if MLAV_HAS_BULK
-  asm volatile("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol) : "memory");
-#endif
-}
-// until the phase of this parity has completed (its copies' bytes visible to this thread)
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#if MLAV_HAS_BULK
-  asm volatile("{\n.reg .pred done;\nWAIT:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-               "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-#endif
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
