@@ -110,14 +110,6 @@ constexpr bool H0PV_PAIRS_FP8 = false;
 #else
 constexpr bool H0PV_PAIRS_FP8 = true;
 #endif
-// -DMLAV_ZERO_COPIES (diagnostic, wrong outputs): the loop's copy pieces (copy_share, both pools) with
-// 0 source bytes, so each still forms its address and writes its 16 bytes of shared memory (zeros)
-// but reads nothing from global memory: what the copies cost the tile without their global reads
-#ifdef MLAV_ZERO_COPIES
-constexpr bool ZERO_COPIES = true;
-#else
-constexpr bool ZERO_COPIES = false;
-#endif
 // rows64d's half 1: 0 runs softmax(j - 1), PV(j - 1), QK(j) in its step j; 1 runs QK(j) with
 // softmax(j - 1)'s stages between its k-steps (0, 2, 4, 6), then, past its half barrier, stores
 // S(j) and runs PV(j - 1): half 1's softmax chain in the shadow of its own MMAs, as H0_LAG does for
@@ -872,7 +864,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       // of t (kernel/NOTES.md; four runs, rungs/overlap-fp8-h200-20261204T125[67]*.json)
       const bool ok = (pos < it.p1) & (pos < it.S);
       c.src = reinterpret_cast<const char*>(ok ? p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride : p.kv8) + part * 16;
-      c.bytes = ok && !ZERO_COPIES ? 16 : 0;
+      c.bytes = ok ? 16 : 0;
       c.dd = smem_u32(ring8 + (t % Lo::KST) * Lo::STAGE8 + tok * Lo::ROW8 + part * 16);
       c.last = part < CHUNKS8 % 8;
     } else {
@@ -881,7 +873,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
       const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
       c.src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + part * 16;
-      c.bytes = in && !ZERO_COPIES ? 16 : 0;
+      c.bytes = in ? 16 : 0;
       c.dd = smem_u32(ring + (t % STAGES) * (BN * D) + swz(tok, part) * 8);
     }
     return c;
