@@ -99,3 +99,12 @@ def test_bulk_copies_lengthened_the_half_that_issues_them_and_landed_late():
     for half in (0, 1):
         assert clk(prod, "full", half, "data") < 20 and clk(bulk, "full", half, "data") > 100
         assert abs(clk(bulk, "no_loads", half, "busy") / clk(prod, "no_loads", half, "busy") - 1) < 0.02
+
+
+def test_zero_byte_copies_cost_the_copying_half_most_of_the_copies_clocks():
+    # zero_copies (2026-12-06, H100, bf16 T = 32): half 0's busy time with copies that read nothing kept
+    # 181 of the 249 clocks a tile the copies add to it
+    prod, zero = "barwait-h100-20261206T0809-production.json", "barwait-h100-20261206T0810-zero-copies.json"
+    added = _clk(prod, 32, "full", 0, "busy") - _clk(prod, 32, "no_loads", 0, "busy")
+    kept = _clk(zero, 32, "full", 0, "busy") - _clk(zero, 32, "no_loads", 0, "busy")
+    assert added > 200 and 0.6 < kept / added < 0.9

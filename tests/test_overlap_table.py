@@ -247,3 +247,20 @@ def test_bulk_copies_of_fp8_rows_were_slower_than_the_cp_async_they_replaced():
 def test_builds_timed_despite_wrong_output_are_named_variants():
     assert overlap.WRONG_BY_DESIGN <= set(overlap.VARIANTS)
     assert not overlap.WRONG_BY_DESIGN & overlap.SPLITS_DIFFER
+
+
+def test_copies_without_global_reads_keep_most_of_their_cost():
+    # zero_copies (kernel/NOTES.md, 2026-12-06 twenty-third session), one H100, three rounds: the loop's
+    # copies with 0 source bytes still cost bf16 over a third of what the copies cost (T = 8; over
+    # two thirds at T = 32) and fp8 nearly all of it
+    def t(name, T, build, mode):
+        doc = json.loads((RUNGS / name).read_text())
+        return next(r["time_us"] for r in doc["rows"]
+                    if (r["T"], r["build"], r["mode"], r["placement"]) == (T, build, mode, "dram"))
+
+    for name, Ts, least in (("overlap-h100-20261206T0809-zero-copies.json", (8, 32), 0.4),
+                            ("overlap-fp8-h100-20261206T0809-zero-copies.json", (16, 32), 0.8)):
+        for T in Ts:
+            full, zero, alone = (t(name, T, b, m) for b, m in
+                                 (("production", "full"), ("zero_copies", "full"), ("production", "no_loads")))
+            assert alone < zero <= full and (zero - alone) / (full - alone) > least, (name, T)
