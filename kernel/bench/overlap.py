@@ -250,6 +250,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # zero-copies.json: bf16 T = 8 / 32 -5.2 / -2.1 % against production, where the math alone is
     # -10.3 / -8.3 %; fp8 T = 16 / 32 -0.4 / -1.4 %: the copies cost the tile mostly as instructions and
     # shared-memory writes, not as global reads (kernel/NOTES.md); deleted)
+    # rows64d's copy addresses formed by the slot-id warp in top(j), loaded by half 0 (ADDR_IDS)
+    "addr_ids": (("MLAV_ADDR_IDS",), (8,)),
     # the merge's grid launched at the verify grid's exit, the production before each verify CTA let it
     # launch once its loop was done (verify_common.cuh, pdl_trigger): only the call with its merge
     # (--merge) can differ. Measured as the variant pdl_trigger (-DMLAV_PDL_TRIGGER) against it (commit

@@ -110,6 +110,15 @@ constexpr bool H0PV_PAIRS_FP8 = false;
 #else
 constexpr bool H0PV_PAIRS_FP8 = true;
 #endif
+// rows64d, -DMLAV_ADDR_IDS (diagnostic): the slot-id warp (warp 4) turns each token's slot id in the
+// window into the byte address of its row (0 past the range) in top(j), between its wait and the CTA
+// barrier, for tile j + AHEAD, whose ids have landed there; half 0's copy share then loads an
+// address instead of forming it (no position, compares, selects or multiply in its 128 threads)
+#ifdef MLAV_ADDR_IDS
+constexpr bool ADDR_IDS = true;
+#else
+constexpr bool ADDR_IDS = false;
+#endif
 // rows64d's half 1: 0 runs softmax(j - 1), PV(j - 1), QK(j) in its step j; 1 runs QK(j) with
 // softmax(j - 1)'s stages between its k-steps (0, 2, 4, 6), then, past its half barrier, stores
 // S(j) and runs PV(j - 1): half 1's softmax chain in the shadow of its own MMAs, as H0_LAG does for
@@ -442,6 +451,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && COPY_AT == 2 && H0PV_AT >= 0;
   static_assert(H0PV_AT + 4 < 8, "H0PV_AT: every piece inside PV's 8 column steps");
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
+  // ADDR_IDS (above): every copy of rows64d's loop goes through copy_share (SPLIT)
+  constexpr bool ADDR = ADDR_IDS && HALVES == 2 && SPLIT;
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3 || SPLIT_COPIES == 5 || SPLIT_COPIES == 6,
                 "SPLIT_COPIES: 0, 2, 3, 5 or 6");
   // half 1's QK takes the softmax where its k-steps hold no copies (fp8 on sm_80, 86: COPY_AT 1)
@@ -855,8 +866,21 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto copy_share = [&](int t) {
     CopyShare c{reinterpret_cast<const char*>(p.kv), 0u, 0, false, policy_kv(evict_first)};
     const int tok = (tid & 127) >> 3, part = tid & 7;
-    const int pos = it.p0 + t * BN + tok;
     const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((t % IDX_WIN) * BN + tok) * 8);
+    if constexpr (ADDR) {   // the row's address (addr_of), 0 past the range
+      const unsigned long long a = (unsigned long long)e.y << 32 | e.x;
+      const char* dummy = reinterpret_cast<const char*>(FP8 ? static_cast<const void*>(p.kv8) : static_cast<const void*>(p.kv));
+      c.src = (a ? reinterpret_cast<const char*>(a) : dummy) + part * 16;
+      c.bytes = a ? 16 : 0;
+      if constexpr (FP8) {
+        c.dd = smem_u32(ring8 + (t % Lo::KST) * Lo::STAGE8 + tok * Lo::ROW8 + part * 16);
+        c.last = part < CHUNKS8 % 8;
+      } else {
+        c.dd = smem_u32(ring + (t % STAGES) * (BN * D) + swz(tok, part) * 8);
+      }
+      return c;
+    }
+    const int pos = it.p0 + t * BN + tok;
     const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;
     if constexpr (FP8) {
       // pos < min(p1, S) implies t < n_main (n_main's tiles cover [p0, min(p1, S))): two compares
@@ -878,6 +902,24 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     return c;
   };
+  // ADDR: token `lane`'s window entry of tile t, its slot id landed, becomes its row's byte address
+  // (copy_share's arithmetic), 0 where copy_share zero-fills
+  auto addr_of = [&](int t) {
+    const int pos = it.p0 + t * BN + lane;
+    uint2* ent = reinterpret_cast<uint2*>(idx_win + ((t % IDX_WIN) * BN + lane) * 8);
+    const unsigned slot = p.kv_indices ? ent->x : (unsigned)it.kv0 + (unsigned)pos;
+    unsigned long long a = 0;
+    if constexpr (FP8) {
+      if ((pos < it.p1) & (pos < it.S)) a = reinterpret_cast<unsigned long long>(p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride);
+    } else {
+      const bool pre = pos < it.S, in = t < n_tiles && pos < it.p1;
+      const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
+      const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
+      const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
+      if (in) a = reinterpret_cast<unsigned long long>(base + (unsigned long long)row * stride);
+    }
+    *ent = make_uint2((unsigned)a, (unsigned)(a >> 32));
+  };
   MLAV_BW(unsigned bw_data = 0, bw_cta = 0, bw_half = 0, bw_tiles = 0);
   auto half_bar = [&]() {
     MLAV_BW(const unsigned t0 = clock());
@@ -891,6 +933,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto top = [&](int j) {
     MLAV_BW(const unsigned t0 = clock());
     cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();   // tile j landed (this thread's copies)
+    if constexpr (ADDR) {   // (tile j + AH's ids landed with this wait: IDX_AHEAD >= AHEAD)
+      if (loads && warp == IDS_WARP && lane < BN) addr_of(j + AH);
+    }
     MLAV_BW(const unsigned t1 = clock());
     // tile j visible; every half is past its last read of tile j + AHEAD - KST, whose stage
     // takes tile j + AHEAD (fp8: only prefix tiles go through the ring). Each half reaches it in
