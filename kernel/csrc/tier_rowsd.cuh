@@ -228,7 +228,7 @@ struct Layout {
   // a tile's slot ids are copied IDX_AHEAD iterations before its loads read them, in the group
   // of iteration t - AHEAD - IDX_AHEAD; the loads' wait at iteration t - AHEAD has completed
   // groups up to that one only if IDX_AHEAD >= AHEAD (bf16 keeps 4, its measured machine code)
-  static constexpr int IDX_AHEAD = FP8 ? AHEAD : rowsd::IDX_AHEAD;
+  static constexpr int IDX_AHEAD = FP8 ? AHEAD + (ADDR_IDS && HALVES == 2) : rowsd::IDX_AHEAD;
   static constexpr int ROW8 = D + 16;                  // fp8: a stage row, 37 16-byte groups
   static constexpr int STAGE8 = BN * ROW8;
   static constexpr int XS_BYTES = WARPS * 4 * 32 * 16; // partial S: [warp][row group][lane] float4
@@ -377,6 +377,24 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
     else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
   };
+  // ADDR: token `lane`'s window entry of tile t, its slot id landed, becomes its row's byte address
+  // (copy_share's arithmetic), 0 where copy_share zero-fills
+  auto addr_of = [&](int t) {
+    const int pos = it.p0 + t * BN + lane;
+    uint2* ent = reinterpret_cast<uint2*>(idx_win + ((t % IDX_WIN) * BN + lane) * 8);
+    const unsigned slot = p.kv_indices ? ent->x : (unsigned)it.kv0 + (unsigned)pos;
+    unsigned long long a = 0;
+    if constexpr (FP8) {
+      if ((pos < it.p1) & (pos < it.S)) a = reinterpret_cast<unsigned long long>(p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride);
+    } else {
+      const bool pre = pos < it.S, in = t < n_tiles && pos < it.p1;
+      const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
+      const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
+      const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
+      if (in) a = reinterpret_cast<unsigned long long>(base + (unsigned long long)row * stride);
+    }
+    *ent = make_uint2((unsigned)a, (unsigned)(a >> 32));
+  };
   // fp8, the prologue's first tiles (slot ids read directly): the prefix rows of a prefix tile;
   // its rows past pe are zero-filled (their logits are masked, so P = 0 there, and V must not be
   // NaN: 0 * NaN; a stale 0x7f byte is one after the convert)
@@ -503,7 +521,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   for (int t = 0; t < AH; ++t) {
     if (loads && t < n_tiles) load(t, slot0[t]);
     if (t == 0 && loads)
-      for (int k = AH; k < AH + Lo::IDX_AHEAD; ++k) ids.copy_index(k);
+      for (int k = AH; k < AH + Lo::IDX_AHEAD; ++k) {
+        if constexpr (ADDR) copy_ids(k);   // by the warp that turns them into addresses (its own wait)
+        else ids.copy_index(k);
+      }
     cp_async_commit();
     if (COPY_AT) cp_async_commit();                       // two groups a tile, as in the loop
   }
@@ -530,6 +551,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const float sc = ldexpf(1.f, -qe);
     each_q([&](uint32_t& x) { x = bf16x2_to_f16x2(x, sc); });
     if (tid == 0) *pscale_s = p.kscale_log2 * ldexpf(1.f, qe + KV16_SHIFT);   // read after the loop's barrier
+  }
+  // ADDR: tile AH's ids (this warp's prologue copies, landed with top(0)'s wait) as addresses before
+  // top(0)'s barrier, past which half 0 copies tile AH
+  if constexpr (ADDR) {
+    if (loads && warp == IDS_WARP && lane < BN) {
+      cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();
+      addr_of(AH);
+    }
   }
   // fp8: the first KV position of tile j (prefix tiles, then draft tiles)
   auto tile_pos = [&](int j) { return FP8 && j >= n_main() ? ts() + (j - n_main()) * BN : it.p0 + j * BN; };
@@ -902,24 +931,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     }
     return c;
   };
-  // ADDR: token `lane`'s window entry of tile t, its slot id landed, becomes its row's byte address
-  // (copy_share's arithmetic), 0 where copy_share zero-fills
-  auto addr_of = [&](int t) {
-    const int pos = it.p0 + t * BN + lane;
-    uint2* ent = reinterpret_cast<uint2*>(idx_win + ((t % IDX_WIN) * BN + lane) * 8);
-    const unsigned slot = p.kv_indices ? ent->x : (unsigned)it.kv0 + (unsigned)pos;
-    unsigned long long a = 0;
-    if constexpr (FP8) {
-      if ((pos < it.p1) & (pos < it.S)) a = reinterpret_cast<unsigned long long>(p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride);
-    } else {
-      const bool pre = pos < it.S, in = t < n_tiles && pos < it.p1;
-      const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
-      const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
-      const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
-      if (in) a = reinterpret_cast<unsigned long long>(base + (unsigned long long)row * stride);
-    }
-    *ent = make_uint2((unsigned)a, (unsigned)(a >> 32));
-  };
   MLAV_BW(unsigned bw_data = 0, bw_cta = 0, bw_half = 0, bw_tiles = 0);
   auto half_bar = [&]() {
     MLAV_BW(const unsigned t0 = clock());
@@ -933,15 +944,15 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto top = [&](int j) {
     MLAV_BW(const unsigned t0 = clock());
     cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();   // tile j landed (this thread's copies)
-    if constexpr (ADDR) {   // (tile j + AH's ids landed with this wait: IDX_AHEAD >= AHEAD)
-      if (loads && warp == IDS_WARP && lane < BN) addr_of(j + AH);
-    }
     MLAV_BW(const unsigned t1 = clock());
     // tile j visible; every half is past its last read of tile j + AHEAD - KST, whose stage
     // takes tile j + AHEAD (fp8: only prefix tiles go through the ring). Each half reaches it in
     // a loop of its own, so at an instruction of its own: the barrier is not the aligned kind
     cta_bar_unaligned();
     MLAV_BW(bw_data += t1 - t0; bw_cta += clock() - t1; ++bw_tiles);
+    if constexpr (ADDR) {   // tile j + AH + 1's ids landed with this wait (IDX_AHEAD > AHEAD); half 0 reads
+      if (loads && warp == IDS_WARP && lane < BN) addr_of(j + AH + 1);   // them past top(j + 1)'s barrier
+    }
     if (loads) {
       if constexpr (FP8) {
         if (!LATE_COPIES && j + AH < n_main()) load_lean8(j + AH);
