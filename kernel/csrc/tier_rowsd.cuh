@@ -950,9 +950,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     // a loop of its own, so at an instruction of its own: the barrier is not the aligned kind
     cta_bar_unaligned();
     MLAV_BW(bw_data += t1 - t0; bw_cta += clock() - t1; ++bw_tiles);
-    if constexpr (ADDR) {   // tile j + AH + 1's ids landed with this wait (IDX_AHEAD > AHEAD); half 0 reads
-      if (loads && warp == IDS_WARP && lane < BN) addr_of(j + AH + 1);   // them past top(j + 1)'s barrier
-    }
+
     if (loads) {
       if constexpr (FP8) {
         if (!LATE_COPIES && j + AH < n_main()) load_lean8(j + AH);
@@ -1039,9 +1037,18 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (COPY_AT) cp_async_commit();
   };
   // idle_tag (std::true_type): half 1 of a tail CTA, its tile steps without the math (TAIL)
+  // ADDR: tile j + AH + 1's ids, landed with top(j)'s wait (IDX_AHEAD > AHEAD), as addresses in half
+  // 1's step j (its QK's k-step 2, where MMAs cover the chain), read by half 0 past top(j + 1)'s barrier
+  auto conv = [&](int j) {
+    if constexpr (ADDR) {
+      if (loads && warp == IDS_WARP && lane < BN) addr_of(j + AH + 1);
+    }
+  };
+  static_assert(!ADDR || H1_LAG == 0, "ADDR_IDS converts in half 1's plain step");
   auto step1x = [&](int j, auto draft_tag, auto idle_tag) {
     top(j);
     if constexpr (decltype(idle_tag)::value) {   // the copies half 1 issues in this build, if any
+      conv(j);
       if constexpr (COPY_AT == 1 && HALVES == 2 && !SPLIT) {
         if (loads) copy_tile(j + AH);
       }
@@ -1090,7 +1097,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if constexpr (COPY_AT == 1 && HALVES == 2 && !SPLIT) {
       if (loads) copy_tile(j + AH);
     }
-    if constexpr (COPY_AT == 2 && HALVES == 2) {
+    if constexpr (ADDR) {   // (SPLIT: no copies in half 1's QK; fp8's draft tiles' QK calls no hook)
+      if (do_qk && !decltype(draft_tag)::value) {
+        qk(j, draft_tag, [&](int kk) { if (kk == 2) conv(j); });
+      } else {
+        if (do_qk) qk(j, draft_tag, no_hook);
+        conv(j);
+      }
+    } else if constexpr (COPY_AT == 2 && HALVES == 2) {
       qk_copying(j, draft_tag);
     } else {
       if (do_qk) qk(j, draft_tag, no_hook);
