@@ -250,8 +250,13 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # zero-copies.json: bf16 T = 8 / 32 -5.2 / -2.1 % against production, where the math alone is
     # -10.3 / -8.3 %; fp8 T = 16 / 32 -0.4 / -1.4 %: the copies cost the tile mostly as instructions and
     # shared-memory writes, not as global reads (kernel/NOTES.md); deleted)
-    # rows64d's copy addresses formed by the slot-id warp in top(j), loaded by half 0 (ADDR_IDS)
-    "addr_ids": (("MLAV_ADDR_IDS",), (8,)),
+    # (addr_ids, -DMLAV_ADDR_IDS, commits 99721e9, 9cc1bda, 9baadf2: the slot-id warp (warp 4) turned each
+    # token's window entry into its row's byte address, half 0's copy share loaded it: half 0's loop
+    # 285 -> 262 sm_90 instructions a tile on bf16. Measured on an H100 (three rounds, bit-equal,
+    # rungs/overlap*-h100-20261206T08{38,48}-addr-ids-*.json): converted right after top(j)'s barrier
+    # bf16 T = 8 / 32 +0.7 / +4.0 %, fp8 T = 16 / 32 +8.3 / +8.0 %; inside half 1's QK +1.2 / +8.5 %,
+    # +2.4 / +2.7 %: half 0 ~240-320 busy clocks a tile shorter, half 1 ~140 longer wherever warp 4
+    # ran the chain, and the loop longer (kernel/NOTES.md); deleted)
     # the merge's grid launched at the verify grid's exit, the production before each verify CTA let it
     # launch once its loop was done (verify_common.cuh, pdl_trigger): only the call with its merge
     # (--merge) can differ. Measured as the variant pdl_trigger (-DMLAV_PDL_TRIGGER) against it (commit

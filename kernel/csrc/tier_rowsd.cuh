@@ -110,15 +110,6 @@ constexpr bool H0PV_PAIRS_FP8 = false;
 #else
 constexpr bool H0PV_PAIRS_FP8 = true;
 #endif
-// rows64d, -DMLAV_ADDR_IDS (diagnostic): the slot-id warp (warp 4) turns each token's slot id in the
-// window into the byte address of its row (0 past the range) in top(j), between its wait and the CTA
-// barrier, for tile j + AHEAD, whose ids have landed there; half 0's copy share then loads an
-// address instead of forming it (no position, compares, selects or multiply in its 128 threads)
-#ifdef MLAV_ADDR_IDS
-constexpr bool ADDR_IDS = true;
-#else
-constexpr bool ADDR_IDS = false;
-#endif
 // rows64d's half 1: 0 runs softmax(j - 1), PV(j - 1), QK(j) in its step j; 1 runs QK(j) with
 // softmax(j - 1)'s stages between its k-steps (0, 2, 4, 6), then, past its half barrier, stores
 // S(j) and runs PV(j - 1): half 1's softmax chain in the shadow of its own MMAs, as H0_LAG does for
@@ -228,7 +219,7 @@ struct Layout {
   // a tile's slot ids are copied IDX_AHEAD iterations before its loads read them, in the group
   // of iteration t - AHEAD - IDX_AHEAD; the loads' wait at iteration t - AHEAD has completed
   // groups up to that one only if IDX_AHEAD >= AHEAD (bf16 keeps 4, its measured machine code)
-  static constexpr int IDX_AHEAD = FP8 ? AHEAD + (ADDR_IDS && HALVES == 2) : rowsd::IDX_AHEAD;
+  static constexpr int IDX_AHEAD = FP8 ? AHEAD : rowsd::IDX_AHEAD;
   static constexpr int ROW8 = D + 16;                  // fp8: a stage row, 37 16-byte groups
   static constexpr int STAGE8 = BN * ROW8;
   static constexpr int XS_BYTES = WARPS * 4 * 32 * 16; // partial S: [warp][row group][lane] float4
@@ -377,24 +368,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
     else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
   };
-  // ADDR: token `lane`'s window entry of tile t, its slot id landed, becomes its row's byte address
-  // (copy_share's arithmetic), 0 where copy_share zero-fills
-  auto addr_of = [&](int t) {
-    const int pos = it.p0 + t * BN + lane;
-    uint2* ent = reinterpret_cast<uint2*>(idx_win + ((t % IDX_WIN) * BN + lane) * 8);
-    const unsigned slot = p.kv_indices ? ent->x : (unsigned)it.kv0 + (unsigned)pos;
-    unsigned long long a = 0;
-    if constexpr (FP8) {
-      if ((pos < it.p1) & (pos < it.S)) a = reinterpret_cast<unsigned long long>(p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride);
-    } else {
-      const bool pre = pos < it.S, in = t < n_tiles && pos < it.p1;
-      const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
-      const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
-      const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
-      if (in) a = reinterpret_cast<unsigned long long>(base + (unsigned long long)row * stride);
-    }
-    *ent = make_uint2((unsigned)a, (unsigned)(a >> 32));
-  };
   // fp8, the prologue's first tiles (slot ids read directly): the prefix rows of a prefix tile;
   // its rows past pe are zero-filled (their logits are masked, so P = 0 there, and V must not be
   // NaN: 0 * NaN; a stale 0x7f byte is one after the convert)
@@ -469,8 +442,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool H0PV = FP8 && HALVES == 2 && !H0_LAG && COPY_AT == 2 && H0PV_AT >= 0;
   static_assert(H0PV_AT + 4 < 8, "H0PV_AT: every piece inside PV's 8 column steps");
   constexpr bool SPLIT = HALVES == 2 && LATE_COPIES && ((H0_LAG && SPLIT_COPIES) || H0PV);
-  // ADDR_IDS (above): every copy of rows64d's loop goes through copy_share (SPLIT)
-  constexpr bool ADDR = ADDR_IDS && HALVES == 2 && SPLIT;
   static_assert(SPLIT_COPIES == 0 || SPLIT_COPIES == 2 || SPLIT_COPIES == 3 || SPLIT_COPIES == 5 || SPLIT_COPIES == 6,
                 "SPLIT_COPIES: 0, 2, 3, 5 or 6");
   // half 1's QK takes the softmax where its k-steps hold no copies (fp8 on sm_80, 86: COPY_AT 1)
@@ -521,10 +492,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   for (int t = 0; t < AH; ++t) {
     if (loads && t < n_tiles) load(t, slot0[t]);
     if (t == 0 && loads)
-      for (int k = AH; k < AH + Lo::IDX_AHEAD; ++k) {
-        if constexpr (ADDR) copy_ids(k);   // by the warp that turns them into addresses (its own wait)
-        else ids.copy_index(k);
-      }
+      for (int k = AH; k < AH + Lo::IDX_AHEAD; ++k) ids.copy_index(k);
     cp_async_commit();
     if (COPY_AT) cp_async_commit();                       // two groups a tile, as in the loop
   }
@@ -551,14 +519,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const float sc = ldexpf(1.f, -qe);
     each_q([&](uint32_t& x) { x = bf16x2_to_f16x2(x, sc); });
     if (tid == 0) *pscale_s = p.kscale_log2 * ldexpf(1.f, qe + KV16_SHIFT);   // read after the loop's barrier
-  }
-  // ADDR: tile AH's ids (this warp's prologue copies, landed with top(0)'s wait) as addresses before
-  // top(0)'s barrier, past which half 0 copies tile AH
-  if constexpr (ADDR) {
-    if (loads && warp == IDS_WARP && lane < BN) {
-      cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();
-      addr_of(AH);
-    }
   }
   // fp8: the first KV position of tile j (prefix tiles, then draft tiles)
   auto tile_pos = [&](int j) { return FP8 && j >= n_main() ? ts() + (j - n_main()) * BN : it.p0 + j * BN; };
@@ -895,21 +855,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   auto copy_share = [&](int t) {
     CopyShare c{reinterpret_cast<const char*>(p.kv), 0u, 0, false, policy_kv(evict_first)};
     const int tok = (tid & 127) >> 3, part = tid & 7;
-    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((t % IDX_WIN) * BN + tok) * 8);
-    if constexpr (ADDR) {   // the row's address (addr_of), 0 past the range
-      const unsigned long long a = (unsigned long long)e.y << 32 | e.x;
-      const char* dummy = reinterpret_cast<const char*>(FP8 ? static_cast<const void*>(p.kv8) : static_cast<const void*>(p.kv));
-      c.src = (a ? reinterpret_cast<const char*>(a) : dummy) + part * 16;
-      c.bytes = a ? 16 : 0;
-      if constexpr (FP8) {
-        c.dd = smem_u32(ring8 + (t % Lo::KST) * Lo::STAGE8 + tok * Lo::ROW8 + part * 16);
-        c.last = part < CHUNKS8 % 8;
-      } else {
-        c.dd = smem_u32(ring + (t % STAGES) * (BN * D) + swz(tok, part) * 8);
-      }
-      return c;
-    }
     const int pos = it.p0 + t * BN + tok;
+    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((t % IDX_WIN) * BN + tok) * 8);
     const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;
     if constexpr (FP8) {
       // pos < min(p1, S) implies t < n_main (n_main's tiles cover [p0, min(p1, S))): two compares
@@ -950,7 +897,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     // a loop of its own, so at an instruction of its own: the barrier is not the aligned kind
     cta_bar_unaligned();
     MLAV_BW(bw_data += t1 - t0; bw_cta += clock() - t1; ++bw_tiles);
-
     if (loads) {
       if constexpr (FP8) {
         if (!LATE_COPIES && j + AH < n_main()) load_lean8(j + AH);
@@ -1037,18 +983,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if (COPY_AT) cp_async_commit();
   };
   // idle_tag (std::true_type): half 1 of a tail CTA, its tile steps without the math (TAIL)
-  // ADDR: tile j + AH + 1's ids, landed with top(j)'s wait (IDX_AHEAD > AHEAD), as addresses in half
-  // 1's step j (its QK's k-step 2, where MMAs cover the chain), read by half 0 past top(j + 1)'s barrier
-  auto conv = [&](int j) {
-    if constexpr (ADDR) {
-      if (loads && warp == IDS_WARP && lane < BN) addr_of(j + AH + 1);
-    }
-  };
-  static_assert(!ADDR || H1_LAG == 0, "ADDR_IDS converts in half 1's plain step");
   auto step1x = [&](int j, auto draft_tag, auto idle_tag) {
     top(j);
     if constexpr (decltype(idle_tag)::value) {   // the copies half 1 issues in this build, if any
-      conv(j);
       if constexpr (COPY_AT == 1 && HALVES == 2 && !SPLIT) {
         if (loads) copy_tile(j + AH);
       }
@@ -1097,14 +1034,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     if constexpr (COPY_AT == 1 && HALVES == 2 && !SPLIT) {
       if (loads) copy_tile(j + AH);
     }
-    if constexpr (ADDR) {   // (SPLIT: no copies in half 1's QK; fp8's draft tiles' QK calls no hook)
-      if (do_qk && !decltype(draft_tag)::value) {
-        qk(j, draft_tag, [&](int kk) { if (kk == 2) conv(j); });
-      } else {
-        if (do_qk) qk(j, draft_tag, no_hook);
-        conv(j);
-      }
-    } else if constexpr (COPY_AT == 2 && HALVES == 2) {
+    if constexpr (COPY_AT == 2 && HALVES == 2) {
       qk_copying(j, draft_tag);
     } else {
       if (do_qk) qk(j, draft_tag, no_hook);
