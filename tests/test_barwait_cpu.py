@@ -108,3 +108,12 @@ def test_zero_byte_copies_cost_the_copying_half_most_of_the_copies_clocks():
     added = _clk(prod, 32, "full", 0, "busy") - _clk(prod, 32, "no_loads", 0, "busy")
     kept = _clk(zero, 32, "full", 0, "busy") - _clk(zero, 32, "no_loads", 0, "busy")
     assert added > 200 and 0.6 < kept / added < 0.9
+
+
+def test_addresses_formed_in_one_warp_shortened_half_0_and_lengthened_half_1():
+    # addr_ids (2026-12-06, H100, bf16 T = 32): half 0 lost most of its copy path, half 1, whose warp 4
+    # formed the addresses, got ~140 clocks a tile longer wherever the chain ran
+    prod = "barwait-h100-20261206T0838-production.json"
+    for variant in ("barwait-h100-20261206T0838-addr-ids-top.json", "barwait-h100-20261206T0848-addr-ids-in-qk.json"):
+        assert _clk(variant, 32, "full", 0, "busy") < _clk(prod, 32, "full", 0, "busy") - 200
+        assert _clk(variant, 32, "full", 1, "busy") > _clk(prod, 32, "full", 1, "busy") + 100

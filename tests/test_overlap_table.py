@@ -264,3 +264,16 @@ def test_copies_without_global_reads_keep_most_of_their_cost():
             full, zero, alone = (t(name, T, b, m) for b, m in
                                  (("production", "full"), ("zero_copies", "full"), ("production", "no_loads")))
             assert alone < zero <= full and (zero - alone) / (full - alone) > least, (name, T)
+
+
+def test_copy_addresses_formed_by_the_slot_id_warp_lost_wherever_it_formed_them():
+    # addr_ids (kernel/NOTES.md, 2026-12-06 twenty-third session), one H100, three rounds, bit-equal:
+    # converted right after top(j)'s barrier (T0838) or inside half 1's QK (T0848), slower on both pools
+    for stamp, place in (("0838", "top"), ("0848", "in-qk")):
+        for name, Ts in ((f"overlap-h100-20261206T{stamp}-addr-ids-{place}.json", (8, 32)),
+                         (f"overlap-fp8-h100-20261206T{stamp}-addr-ids-{place}.json", (16, 32))):
+            doc = json.loads((RUNGS / name).read_text())
+            assert all(r["equal"] for r in doc["same_output"])
+            for T in Ts:
+                assert _full(doc, T, "addr_ids") > _full(doc, T, "production"), (name, T)
+            assert _full(doc, 32, "addr_ids") > 1.025 * _full(doc, 32, "production"), name
