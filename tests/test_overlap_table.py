@@ -244,11 +244,6 @@ def test_bulk_copies_of_fp8_rows_were_slower_than_the_cp_async_they_replaced():
         assert t(T, "bulk8", "no_math") > 1.15 * t(T, "production", "no_math")
 
 
-def test_builds_timed_despite_wrong_output_are_named_variants():
-    assert overlap.WRONG_BY_DESIGN <= set(overlap.VARIANTS)
-    assert not overlap.WRONG_BY_DESIGN & overlap.SPLITS_DIFFER
-
-
 def test_copies_without_global_reads_keep_most_of_their_cost():
     # zero_copies (kernel/NOTES.md, 2026-12-06 twenty-third session), one H100, three rounds: the loop's
     # copies with 0 source bytes still cost bf16 over a third of what the copies cost (T = 8; over
