@@ -45,10 +45,10 @@ def test_an_unknown_variant_is_named_before_any_gpu(capsys):
 RUNGS = CSRC.parents[1] / "reports" / "data" / "rungs"
 
 
-def _clk(name, T, mode, half, kind):
+def _clk(name, T, mode, half, kind, kv="bfloat16"):
     doc = json.loads((RUNGS / name).read_text())
     return next(r[f"{kind}_clk"] for r in doc["rows"]
-                if (r["kv_dtype"], r["T"], r["tier"], r["mode"], r["half"]) == ("bfloat16", T, 8, mode, half))
+                if (r["kv_dtype"], r["T"], r["tier"], r["mode"], r["half"]) == (kv, T, 8, mode, half))
 
 
 def test_unrolled_math_saved_comes_back_at_the_cta_barrier_not_as_a_data_wait():
@@ -89,9 +89,7 @@ def test_bulk_copies_lengthened_the_half_that_issues_them_and_landed_late():
     # 16 bulk copies cost half 0 more than the ten LDGSTS pieces they replaced, and the rows landed late
     # (the loop-top wait from ~6 to over 100 clocks a tile)
     def clk(name, mode, half, kind):
-        doc = json.loads((RUNGS / name).read_text())
-        return next(r[f"{kind}_clk"] for r in doc["rows"]
-                    if (r["kv_dtype"], r["T"], r["tier"], r["mode"], r["half"]) == ("fp8_e4m3", 16, 8, mode, half))
+        return _clk(name, 16, mode, half, kind, kv="fp8_e4m3")
 
     prod, bulk = "barwait-h100-20261206T0746-production.json", "barwait-h100-20261206T0746-bulk8.json"
     assert clk(bulk, "full", 0, "busy") > clk(prod, "full", 0, "busy") + 150

@@ -1,5 +1,6 @@
 """kernel/bench/overlap.py on the CPU: its table from the committed overlap rung files, and its
 argument errors before any GPU is looked for."""
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -59,9 +60,13 @@ def test_an_unknown_variant_is_named_before_any_gpu(capsys):
     assert "--variants: ['nope']" in err and "copy_in_qk" in err
 
 
-def _full(doc, T, build):
+def _time(doc, T, build, mode):
     return next(r["time_us"] for r in doc["rows"]
-                if (r["T"], r["build"], r["mode"], r["placement"]) == (T, build, "full", "dram"))
+                if (r["T"], r["build"], r["mode"], r["placement"]) == (T, build, mode, "dram"))
+
+
+def _full(doc, T, build):
+    return _time(doc, T, build, "full")
 
 
 def test_fp8_unrolled_production_beat_its_rolled_before_in_every_run():
@@ -212,8 +217,8 @@ def test_half1_taking_part_of_bf16s_copy_block_lost_at_every_shape():
         for build in ("h1_pieces2", "h1_pieces3", "unroll2_h1p3", "unroll2_h1p4"):
             assert _full(doc, T, build) > 1.02 * base, (T, build)
     # unrolled, the math alone is still 8-9 % shorter at T = 32, and the full call still longer
-    nl = {r["build"]: r["time_us"] for r in doc["rows"] if (r["T"], r["mode"]) == (32, "no_loads")}
-    assert nl["unroll2"] < 0.93 * nl["production"] and _full(doc, 32, "unroll2") > _full(doc, 32, "production")
+    assert _time(doc, 32, "unroll2", "no_loads") < 0.93 * _time(doc, 32, "production", "no_loads")
+    assert _full(doc, 32, "unroll2") > _full(doc, 32, "production")
 
 
 def test_the_item_order_that_shortened_half_0_tied_in_the_full_call():
@@ -231,11 +236,7 @@ def test_bulk_copies_of_fp8_rows_were_slower_than_the_cp_async_they_replaced():
     # stream alone tying from DRAM (T = 8, one row tile) and losing where row tiles share the KV range
     doc = json.loads((RUNGS / "overlap-fp8-h100-20261206T0746-bulk8.json").read_text())
     assert all(r["equal"] for r in doc["same_output"] if r["build"] == "bulk8")
-
-    def t(T, build, mode):
-        return next(r["time_us"] for r in doc["rows"]
-                    if (r["T"], r["build"], r["mode"], r["placement"]) == (T, build, mode, "dram"))
-
+    t = functools.partial(_time, doc)
     for T in (8, 16, 32):
         assert t(T, "bulk8", "full") > 1.08 * t(T, "production", "full")
         assert abs(t(T, "bulk8", "no_loads") / t(T, "production", "no_loads") - 1) < 0.01
@@ -248,15 +249,11 @@ def test_copies_without_global_reads_keep_most_of_their_cost():
     # zero_copies (kernel/NOTES.md, 2026-12-06 twenty-third session), one H100, three rounds: the loop's
     # copies with 0 source bytes still cost bf16 over a third of what the copies cost (T = 8; over
     # two thirds at T = 32) and fp8 nearly all of it
-    def t(name, T, build, mode):
-        doc = json.loads((RUNGS / name).read_text())
-        return next(r["time_us"] for r in doc["rows"]
-                    if (r["T"], r["build"], r["mode"], r["placement"]) == (T, build, mode, "dram"))
-
     for name, Ts, least in (("overlap-h100-20261206T0809-zero-copies.json", (8, 32), 0.4),
                             ("overlap-fp8-h100-20261206T0809-zero-copies.json", (16, 32), 0.8)):
+        doc = json.loads((RUNGS / name).read_text())
         for T in Ts:
-            full, zero, alone = (t(name, T, b, m) for b, m in
+            full, zero, alone = (_time(doc, T, b, m) for b, m in
                                  (("production", "full"), ("zero_copies", "full"), ("production", "no_loads")))
             assert alone < zero <= full and (zero - alone) / (full - alone) > least, (name, T)
 
