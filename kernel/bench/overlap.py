@@ -269,6 +269,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # (tier_rowsd.cuh, helper_main; setmaxnreg: math warps 240 registers, the helper 24), built for
     # the arch-specific target (sm_90a) where the others build for sm_90
     "helper": (("MLAV_HELPER",), (8,)),
+    # production's rows64d with every rowsd kernel capped at 240 registers (__maxnreg__), the cap the
+    # helper's setmaxnreg leaves the math warps: the helper's math-alone cost without the helper
+    "maxnreg240": (("MLAV_MAXNREG=240",), (8,)),
 }
 # variants whose code needs the arch-specific target ("90a": setmaxnreg)
 ARCH_SPECIFIC = {"helper"}

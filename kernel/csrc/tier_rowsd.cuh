@@ -1338,14 +1338,23 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   store_tile<BM, OSTRIDE, THREADS>(p, it, osm, lse_s, rows, row_base, grow0, tid);
 }
 
-// TL: the tail kernels (TAIL above); the launcher picks them
+// TL: the tail kernels (TAIL above); the launcher picks them. -DMLAV_MAXNREG=N (diagnostic): every
+// rowsd kernel capped at N registers, the cap a helper warpgroup leaves the math warps (240)
 template <int HALVES, int KIND, bool TL = false>
+#ifdef MLAV_MAXNREG
+__global__ void __maxnreg__(MLAV_MAXNREG)
+#else
 __global__ void __launch_bounds__(block_threads<HALVES, KIND>(), Layout<HALVES>::MIN_BLOCKS)
+#endif
 mla_verify_kernel_rowsd(const Params p) {
   rowsd_body<HALVES, KIND, false, TL>(p);
 }
 template <int HALVES, int KIND, bool TL = false>
+#ifdef MLAV_MAXNREG
+__global__ void __maxnreg__(MLAV_MAXNREG)
+#else
 __global__ void __launch_bounds__(block_threads<HALVES, KIND>(), Layout<HALVES>::MIN_BLOCKS)
+#endif
 mla_verify_kernel_rowsd_fp8(const Params p) {
   rowsd_body<HALVES, KIND, true, TL>(p);
 }
