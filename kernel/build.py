@@ -64,7 +64,7 @@ def gencode(archs) -> list[str]:
     out = []
     for a in archs:
         out += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
-    newest = max(archs, key=lambda a: int(a.rstrip("a")))
+    newest = max(archs, key=int)
     out += ["-gencode", f"arch=compute_{newest},code=compute_{newest}"]  # PTX for newer GPUs
     return out
 
@@ -90,9 +90,8 @@ def source_hash(archs=ARCHS, defines=()) -> str:
 
 def _archs(archs) -> tuple[str, ...]:
     out = tuple(str(a) for a in archs)
-    # "90a" / "120a": the arch-specific targets (setmaxnreg), diagnostic builds only
-    if not out or not all(re.fullmatch(r"\d+a?", a) for a in out):
-        raise ValueError(f"archs: expected compute capabilities like ('90', '120') or ('90a',), got {archs!r}")
+    if not out or not all(a.isdigit() for a in out):
+        raise ValueError(f"archs: expected compute capabilities like ('90', '120'), got {archs!r}")
     return out
 
 
@@ -106,7 +105,7 @@ def _complete(d: Path) -> bool:
     return (d / LIB).is_file() and (d / "resources.json").is_file()
 
 
-_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+a?)'")
+_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 

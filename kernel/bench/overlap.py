@@ -265,16 +265,13 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # production against it (...T1839-pdl-confirm.json): the merged call 0.5-1.5 us faster at T = 1-32
     # on both pools, except rows64d at the centre, a tie
     "pdl_at_exit": (("MLAV_NO_PDL_TRIGGER",), (8, 6, 4, 1)),
-    # rows64d with a fourth warpgroup that issues every copy and slot id, the eight math warps none
-    # (tier_rowsd.cuh, helper_main; setmaxnreg: math warps 240 registers, the helper 24), built for
-    # the arch-specific target (sm_90a) where the others build for sm_90
-    "helper": (("MLAV_HELPER",), (8,)),
-    # production's rows64d with every rowsd kernel capped at 240 registers (__maxnreg__), the cap the
-    # helper's setmaxnreg leaves the math warps: the helper's math-alone cost without the helper
-    "maxnreg240": (("MLAV_MAXNREG=240",), (8,)),
 }
-# variants whose code needs the arch-specific target ("90a": setmaxnreg)
-ARCH_SPECIFIC = {"helper"}
+# Measured and deleted (2026-12-06, twenty-fourth session; commits cec8c04 and 031d8e7, one H100, three
+# rounds, rungs/overlap*-h100-20261206T{0957,1003,1004}-*.json): rows64d with a fourth warpgroup that
+# issued every copy and slot id (-DMLAV_HELPER, built for sm_90a: setmaxnreg gave the math warps 240
+# registers, the helper 24), bit-equal on bf16, +4 to +13 % (its math alone +7 to +11 %; fp8's build
+# stopped on an illegal instruction in the helper's code); and production capped at 240 registers
+# (-DMLAV_MAXNREG=240), whose math alone lost as much: +9 to +12 % on both pools
 # builds whose split boundaries differ from production's where a request has a tail row tile, so
 # that their merge rounds differently: held to production's output within REL_TOL (relative
 # 2-norm, o and lse) and no unwritten output, instead of bit for bit; each with the tail weight its
@@ -311,7 +308,7 @@ def _args(case, placement: str, kv: str) -> tuple:
 
 def variant_lib(name: str):
     """VARIANTS[name]'s diagnostic build for this device's arch only (built once, then cached)."""
-    arch = "".join(map(str, torch.cuda.get_device_capability())) + ("a" if name in ARCH_SPECIFIC else "")
+    arch = "".join(map(str, torch.cuda.get_device_capability()))
     log(f"overlap: building {name} ({' '.join(VARIANTS[name][0])}) for sm_{arch}")
     return build.load((arch,), defines=VARIANTS[name][0])
 

@@ -143,10 +143,7 @@ cudaError_t launch_rowsd(Params p, int num_tokens, int bs, cudaStream_t st, int 
     p.target_ctas *= per_sm < CAP_MULT / 2 ? per_sm : CAP_MULT / 2;
     p.part_cap = 2 * p.target_ctas;
   }
-  // (HELPER: rows64d's PROD and MATH_ALONE kernels, tails too, take the helper warpgroup)
-  const int threads = rowsd::HELPER && HALVES == 2 && (slot == PROD || slot == MATH_ALONE || slot >= 4)
-                          ? Lo::THREADS + rowsd::HELPER_THREADS : Lo::THREADS;
-  kernel<<<grid_for(Lo::BM, p.target_ctas, num_tokens, p.H, bs), threads, Lo::SMEM, st>>>(p);
+  kernel<<<grid_for(Lo::BM, p.target_ctas, num_tokens, p.H, bs), Lo::THREADS, Lo::SMEM, st>>>(p);
   return cudaGetLastError();
 }
 

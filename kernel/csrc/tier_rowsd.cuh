@@ -59,19 +59,7 @@ namespace rowsd {
 constexpr int STAGES = 4;
 constexpr int RING_BYTES = STAGES * TILE_BYTES;        // 73,728
 constexpr int IDX_AHEAD = 4;                           // tiles between an index copy and its use
-// -DMLAV_HELPER (diagnostic, sm_90a / sm_120a: setmaxnreg): rows64d's PROD and MATH_ALONE kernels
-// take a fourth warpgroup that issues every copy and slot id (helper_main), the eight math warps
-// none. Its prologue copies the ids of its first AHEAD + IDX_AHEAD tiles through the window, which
-// needs 12 distinct slots on fp8
-#ifdef MLAV_HELPER
-constexpr bool HELPER = true;
-constexpr int IDX_WIN = 16;
-#else
-constexpr bool HELPER = false;
 constexpr int IDX_WIN = 8;                             // tiles in the index window (> IDX_AHEAD)
-#endif
-constexpr int HELPER_THREADS = 128;
-constexpr int MATH_REGS = 240, HELPER_REGS = 24;       // 256 x 240 + 128 x 24 = 384 x 168
 constexpr int QK_STEPS = 9;                            // 8 latent + 1 rope k-step per dim quarter
 constexpr int OSTRIDE = DV + 8;                        // padded bf16 row of the output staging
 constexpr float RESCALE_LOG2 = 8.f;                    // keep a stale max up to 2^8 below the true one
@@ -250,8 +238,7 @@ struct Layout {
   static constexpr int OFF_IDX = (OFF_LSE + BM * 4 + 15) / 16 * 16;   // [IDX_WIN][BN] slot ids, 8 B each
   static constexpr int OFF_ITEM = OFF_IDX + IDX_WIN * BN * 8;        // this CTA's Item
   static constexpr int OFF_FP8 = OFF_ITEM + (int)((sizeof(Item) + 15) / 16 * 16);   // fp8: n_main, pscale
-  static constexpr int OFF_HFLAG = OFF_FP8 + (FP8 ? 16 : 0);   // HELPER: the CTA has an item
-  static constexpr int SMEM = OFF_HFLAG + (HELPER ? 16 : 0);
+  static constexpr int SMEM = OFF_FP8 + (FP8 ? 16 : 0);
   static constexpr int MIN_BLOCKS = HALVES == 1 ? 2 : 1;
   static_assert(SMEM <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
   static_assert(BM * OSTRIDE * 2 <= RING, "the output staging reuses the ring");
@@ -276,109 +263,6 @@ constexpr bool FIX_LOADS = true, FIX_MATH_EVICT_BF16 = true;
 #endif
 constexpr bool FIX_MATH_EVICT_FP8 = false;
 
-template <int HALVES, int KIND>
-__host__ __device__ constexpr bool helper_on() {
-  return HELPER && HALVES == 2 && (KIND == PROD || KIND == MATH_ALONE);
-}
-template <int HALVES, int KIND>
-__host__ __device__ constexpr int block_threads() {
-  return Layout<HALVES>::THREADS + (helper_on<HALVES, KIND>() ? HELPER_THREADS : 0);
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL)
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL)
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
-}
-// the tile barrier of a CTA with the helper (rowsd_body's top(j) and helper_main's loop)
-template <int N>
-__device__ __forceinline__ void tile_bar() {
-  asm volatile("barrier.sync 3, %0;\n" ::"n"(N) : "memory");
-}
-
-// HELPER: warps 8-11 of a rows64d CTA. Tile j's copies and slot ids, as production's half 0 and
-// warp 4 issue them (8 threads a token, pieces 128 bytes apart), paced by the tile barrier: before
-// barrier j this warpgroup's copies of tile j have landed (its own groups), after it tile j + AH's
-// stage is free (both halves are past tile j + AH - KST <= j - 2)
-template <int HALVES, int KIND, bool FP8>
-__device__ __forceinline__ void helper_main(const Params& p, uint8_t* smem, bool evict_first) {
-  using Lo = Layout<HALVES, FP8>;
-  constexpr int NT = block_threads<HALVES, KIND>(), AH = Lo::AHEAD;
-  asm volatile("bar.sync 4, %0;\n" ::"n"(NT) : "memory");   // the item is written
-  if (!*reinterpret_cast<volatile int*>(smem + Lo::OFF_HFLAG)) return;
-  const Item& it = *reinterpret_cast<const Item*>(smem + Lo::OFF_ITEM);
-  const bool loads = KIND == MATH_ALONE ? false : (KIND == PROD && FIX_LOADS) || !(p.mode & MODE_NO_LOADS);
-  const int htid = threadIdx.x - Lo::THREADS;
-  const int pe = min(it.p1, it.S), ts = max(it.p0, it.S);
-  const int n_main0 = FP8 ? (pe > it.p0 ? (pe - it.p0 + BN - 1) / BN : 0) : 0;
-  const int n_tiles = FP8 ? n_main0 + (it.p1 > ts ? (it.p1 - ts + BN - 1) / BN : 0) : (it.p1 - it.p0 + BN - 1) / BN;
-  const int n_ring = FP8 ? n_main0 : n_tiles;
-  uint8_t* idx_win = smem + Lo::OFF_IDX;
-  auto ids = [&](int t) {
-    const int lane = htid;                                // warp 8's lanes 0 .. 15
-    if (htid >= BN || !p.kv_indices) return;
-    const int pos = it.p0 + t * BN + lane;
-    if (t >= n_ring || pos >= it.p1 || pos >= it.S) return;
-    const int isz = p.kv_indices_64 ? 8 : 4;
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.kv_indices) + (long long)(it.kv0 + pos) * isz;
-    const uint32_t dst = smem_u32(idx_win + ((t % IDX_WIN) * BN + lane) * 8);
-    if (isz == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
-  };
-  auto copy = [&](int t) {
-    if (t >= n_ring) return;
-    const int tok = htid >> 3, part = htid & 7;
-    const int pos = it.p0 + t * BN + tok;
-    const uint2 e = *reinterpret_cast<const uint2*>(idx_win + ((t % IDX_WIN) * BN + tok) * 8);
-    const unsigned slot = p.kv_indices ? e.x : (unsigned)it.kv0 + (unsigned)pos;
-    const uint64_t pol = policy_kv(evict_first);
-    if constexpr (FP8) {
-      const bool ok = (pos < it.p1) & (pos < it.S);
-      const char* src = reinterpret_cast<const char*>(ok ? p.kv8 + (unsigned long long)slot * (unsigned)p.kv_stride : p.kv8) + part * 16;
-      const int bytes = ok ? 16 : 0;
-      const uint32_t dd = smem_u32(smem + (t % Lo::KST) * Lo::STAGE8 + tok * Lo::ROW8 + part * 16);
-#pragma unroll
-      for (int i = 0; i < CHUNKS8 / 8; ++i) cp_async16_hint(dd + 128 * i, src + 128 * i, bytes, pol);
-      if (part < CHUNKS8 % 8) cp_async16_hint(dd + 128 * (CHUNKS8 / 8), src + 128 * (CHUNKS8 / 8), bytes, pol);
-    } else {
-      const bool pre = pos < it.S, in = pos < it.p1;
-      const char* base = reinterpret_cast<const char*>(pre ? p.kv : p.kext);
-      const unsigned row = pre ? slot : (unsigned)(it.qo0 + pos - it.S);
-      const unsigned stride = 2u * (unsigned)(pre ? p.kv_stride : p.ext_stride);
-      const char* src = (in ? base + (unsigned long long)row * stride : reinterpret_cast<const char*>(p.kv)) + part * 16;
-      const int bytes = in ? 16 : 0;
-      const uint32_t dd = smem_u32(smem + ((t % STAGES) * (BN * D) + swz(tok, part) * 8) * 2);
-#pragma unroll
-      for (int i = 0; i < CHUNKS / 8; ++i) cp_async16_hint(dd + 128 * i, src + 128 * i, bytes, pol);
-    }
-  };
-  if (loads)
-    for (int t = 0; t < AH + Lo::IDX_AHEAD; ++t) ids(t);
-  cp_async_commit();
-  cp_async_wait<0>();
-  named_bar(5, HELPER_THREADS);                           // the prologue's ids, every helper thread
-  for (int t = 0; t < AH; ++t) {
-    if (loads) copy(t);
-    cp_async_commit();
-  }
-  for (int j = 0; j < n_tiles; ++j) {
-    cp_async_wait<AH - 1>();                              // tile j landed (this thread's copies)
-    tile_bar<NT>();
-    if (loads) {
-      copy(j + AH);
-      ids(j + AH + Lo::IDX_AHEAD);
-    }
-    cp_async_commit();
-  }
-  cp_async_wait<0>();
-}
-
 template <int HALVES, int KIND, bool FP8, bool TL>
 __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr bool FIXED = KIND == PROD || KIND == MATH_ALONE;
@@ -393,27 +277,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // 98.2 against 98.5 us)
   constexpr int H0_LAG = KIND == PARTS ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
   extern __shared__ __align__(128) uint8_t smem[];
-  constexpr bool HLP = helper_on<HALVES, KIND>();
-  constexpr int SYNC_N = HLP ? THREADS : 0;               // barrier 0 without the helper's warps
-  if constexpr (HLP) {
-    if (threadIdx.x >= THREADS) {
-      setmaxnreg_dec<HELPER_REGS>();
-      helper_main<HALVES, KIND, FP8>(p, smem, (KIND == PROD || KIND == MATH_ALONE) && (FP8 ? FIX_MATH_EVICT_FP8 : FIX_MATH_EVICT_BF16)
-                                                  || !(p.mode & MODE_PLAIN_CACHE));
-      return;
-    }
-    setmaxnreg_inc<MATH_REGS>();
-    Item item;
-    const bool has = plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8, SYNC_N>(
-        p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item);
-    if (threadIdx.x == 0) {
-      *reinterpret_cast<int*>(smem + Lo::OFF_HFLAG) = has;
-      if (has) *reinterpret_cast<Item*>(smem + Lo::OFF_ITEM) = item;
-    }
-    cta_sync<SYNC_N>();
-    asm volatile("bar.arrive 4, %0;\n" ::"n"(block_threads<HALVES, KIND>()) : "memory");
-    if (!has) return;
-  } else {
+  {
     Item item;
     if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8>(
             p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
@@ -582,13 +446,11 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
                 "SPLIT_COPIES: 0, 2, 3, 5 or 6");
   // half 1's QK takes the softmax where its k-steps hold no copies (fp8 on sm_80, 86: COPY_AT 1)
   constexpr int H1_LAG = KIND == PARTS || !SPLIT ? 0 : FP8 ? H1_LAG_FP8 : H1_LAG_BF16;
-  // (HELPER: the math warps issue no copies; the helper fills the ring)
-  const bool loads0 = KIND == MATH_ALONE ? false
-                     : (KIND == PROD && FIX_LOADS) || !(p.mode & MODE_NO_LOADS);
-  const bool loads = HLP ? false : loads0;
-  if (!loads0) {   // math-only diagnostics: defined tile contents (fill_resident)
+  const bool loads = KIND == MATH_ALONE ? false
+                    : (KIND == PROD && FIX_LOADS) || !(p.mode & MODE_NO_LOADS);
+  if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
-    cta_sync<SYNC_N>();
+    __syncthreads();
   }
   // ---- Q A fragments straight from global memory (L2-resident after the first CTA):
   // qa[kk][m] = {Q[g][k+2qd..], Q[g+8][k+2qd..], Q[g][k+8+2qd..], Q[g+8][k+8+2qd..]} of the
@@ -650,7 +512,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     mq = warp_max(mq);
     float* qmax_s = reinterpret_cast<float*>(xs);         // (xs is free until the first QK)
     if (lane == 0) qmax_s[warp] = mq;
-    cta_sync<SYNC_N>();
+    __syncthreads();
 #pragma unroll
     for (int w = 0; w < Lo::WARPS; ++w) mq = fmaxf(mq, qmax_s[w]);
     const int qe = q_f16_exponent(mq);
@@ -1028,13 +890,12 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // unless LATE_COPIES, tile j + AHEAD's copies)
   auto top = [&](int j) {
     MLAV_BW(const unsigned t0 = clock());
-    if constexpr (!HLP) cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();   // tile j landed (this thread's copies)
+    cp_async_wait<COPY_AT ? 2 * AHEAD - 2 : AHEAD - 1>();   // tile j landed (this thread's copies)
     MLAV_BW(const unsigned t1 = clock());
     // tile j visible; every half is past its last read of tile j + AHEAD - KST, whose stage
     // takes tile j + AHEAD (fp8: only prefix tiles go through the ring). Each half reaches it in
     // a loop of its own, so at an instruction of its own: the barrier is not the aligned kind
-    if constexpr (HLP) tile_bar<block_threads<HALVES, KIND>()>();
-    else cta_bar_unaligned();
+    cta_bar_unaligned();
     MLAV_BW(bw_data += t1 - t0; bw_cta += clock() - t1; ++bw_tiles);
     if (loads) {
       if constexpr (FP8) {
@@ -1296,7 +1157,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       lse_s[srow] = l > 0.f ? m_run + log2f(l) : -INFINITY;
     }
   }
-  cta_sync<SYNC_N>();                                     // also: every warp is past its last PV
+  __syncthreads();                                        // also: every warp is past its last PV
   // stage O (bf16, [64][OSTRIDE]: conflict-free pair stores) in the ring, then 16-byte stores
   __nv_bfloat16* osm = ring;
   // the column base from the thread index re-read (asm volatile): formed here, not hoisted above
@@ -1334,27 +1195,18 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       }
     }
   }
-  cta_sync<SYNC_N>();
+  __syncthreads();
   store_tile<BM, OSTRIDE, THREADS>(p, it, osm, lse_s, rows, row_base, grow0, tid);
 }
 
-// TL: the tail kernels (TAIL above); the launcher picks them. -DMLAV_MAXNREG=N (diagnostic): every
-// rowsd kernel capped at N registers, the cap a helper warpgroup leaves the math warps (240)
+// TL: the tail kernels (TAIL above); the launcher picks them
 template <int HALVES, int KIND, bool TL = false>
-#ifdef MLAV_MAXNREG
-__global__ void __maxnreg__(MLAV_MAXNREG)
-#else
-__global__ void __launch_bounds__(block_threads<HALVES, KIND>(), Layout<HALVES>::MIN_BLOCKS)
-#endif
+__global__ void __launch_bounds__(Layout<HALVES>::THREADS, Layout<HALVES>::MIN_BLOCKS)
 mla_verify_kernel_rowsd(const Params p) {
   rowsd_body<HALVES, KIND, false, TL>(p);
 }
 template <int HALVES, int KIND, bool TL = false>
-#ifdef MLAV_MAXNREG
-__global__ void __maxnreg__(MLAV_MAXNREG)
-#else
-__global__ void __launch_bounds__(block_threads<HALVES, KIND>(), Layout<HALVES>::MIN_BLOCKS)
-#endif
+__global__ void __launch_bounds__(Layout<HALVES>::THREADS, Layout<HALVES>::MIN_BLOCKS)
 mla_verify_kernel_rowsd_fp8(const Params p) {
   rowsd_body<HALVES, KIND, true, TL>(p);
 }

@@ -248,14 +248,6 @@ __device__ __forceinline__ void fill_resident(uint8_t* smem, int bytes, int tid,
   }
 }
 
-// __syncthreads (N = 0), or barrier 0 for the first N threads only: a CTA whose other warps never
-// reach it (rows64d's helper warpgroup, -DMLAV_HELPER)
-template <int N>
-__device__ __forceinline__ void cta_sync() {
-  if constexpr (N == 0) __syncthreads();
-  else asm volatile("bar.sync 0, %0;\n" ::"n"(N) : "memory");
-}
-
 // a CTA barrier that the warps may reach at different instructions (__syncthreads is
 // barrier.sync.aligned: every thread of the CTA at the same one, or the behaviour is undefined)
 __device__ __forceinline__ void cta_bar_unaligned() {
@@ -294,7 +286,7 @@ struct Item {
 // before (the tail's parts stand in `if constexpr` blocks beside the statements they replace, so
 // that the other tiers compile to the same machine code; a `constexpr bool` local naming TAIL_E < 8,
 // though unused by them, changed sm_80-90's code of every tier, so there is none).
-template <int BMR, int THREADS = NTHREADS, int TAIL_E = 8, int SYNC_N = 0>
+template <int BMR, int THREADS = NTHREADS, int TAIL_E = 8>
 __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   static_assert(TAIL_E >= 1 && TAIL_E <= 8, "plan_item: TAIL_E is a tail split's cost in eighths");
   constexpr int W = THREADS / 32;
@@ -340,7 +332,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     nrt_sum += __shfl_xor_sync(0xffffffffu, nrt_sum, o);
   }
   if (lane == 0) { work_w[warp] = work; nrt_w[warp] = nrt_sum; }
-  cta_sync<SYNC_N>();
+  __syncthreads();
   long long total = 0, U = 0;
 #pragma unroll
   for (int w = 0; w < W; ++w) { total += work_w[w]; U += nrt_w[w]; }
@@ -380,7 +372,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     if (lane >= o) incl += y;
   }
   if (lane == 31) scan_w[warp] = incl;
-  cta_sync<SYNC_N>();
+  __syncthreads();
   long long excl = incl - packed;
 #pragma unroll
   for (int w = 0; w < W; ++w) excl += w < warp ? scan_w[w] : 0;
@@ -431,7 +423,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     item_excl += n_items;
     part_excl += ns > 1 ? n_items : 0;
   }
-  cta_sync<SYNC_N>();
+  __syncthreads();
   MLAV_TRACE_AT(TRACE_VERIFY, 1);
   if (found[0] < 0) return false;
   it.b = found[0]; it.rt = found[1]; it.split = found[2]; it.ns = found[3]; it.nrt = found[4];
@@ -439,7 +431,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   it.part_slot = found[10];
   it.kv0 = reinterpret_cast<long long*>(found + 12)[0];
   it.m0 = reinterpret_cast<long long*>(found + 12)[1];
-  cta_sync<SYNC_N>();   // the planning scratch is reused by the caller next
+  __syncthreads();   // the planning scratch is reused by the caller next
   return it.part_slot < p.part_cap;
 }
 
