@@ -1,9 +1,10 @@
 """Speed gate: decode tokens/s at long context, candidate vs control, interleaved rounds.
 
 Each round sends the same exact-length `input_ids` (prefix cache warmed first, so the
-measured request decodes rather than prefills) as a streaming /generate with ignore_eos and
-greedy sampling to both endpoints, candidate first on even rounds and control first on odd
-ones (drift hits both arms). tokens/s per request = tokens after the first chunk / time from
+measured request decodes rather than prefills; then WARM_DECODE_TOKENS decoded untimed, so that
+no arm's first timed round pays for its decode path's first use) as a streaming /generate with
+ignore_eos and greedy sampling to both endpoints, candidate first on even rounds and control
+first on odd ones (drift hits both arms). tokens/s per request = tokens after the first chunk / time from
 the first chunk to the last, from the stream's arrival times (prefill and TTFT excluded).
 Pass when median(candidate)/median(control) >= 1 - threshold and the bootstrap CI's lower
 bound is too.
@@ -33,6 +34,10 @@ TOKEN_LO, TOKEN_HI = 1000, 31000  # inside any Kimi/DeepSeek vocabulary, clear o
 SAME_CONFIG = ("kv_cache_dtype", "speculative_algorithm", "speculative_num_draft_tokens", "page_size", "tp_size")
 CLOCKS = ("wall", "emulated")
 EMULATED_CLOCK = "emulated_clock_s"   # rollout/emulator.py: CLOCK_KEY
+# tokens the decode warm-up decodes, untimed: with the prefill's one token alone, a real EAGLE
+# server's first timed round then ran 25 % below its other four (149.5 against 188-211 tokens/s,
+# reports/data/rungs/rollout-h100-20261206T081647Z-e5bbaa.json)
+WARM_DECODE_TOKENS = 8
 
 
 def make_input_ids(context_tokens: int, seed: int) -> list[int]:
@@ -128,6 +133,14 @@ def run_ab(candidate_url: str, control_url: str | None, *, context_tokens: int =
         r = post_json(url, "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}},
                       timeout=timeout, api_key=api_key)
         warm[role] = {"cached_tokens_before": r.get("meta_info", {}).get("cached_tokens")}
+    # apart from the prefill above: the time from a prefill's progress line to the next one is that
+    # prefill's (kernel/sglang/real_server/extend_over_prefix.py reads it)
+    for role, url in live.items():
+        say(f"warming the decode path on {role} ({WARM_DECODE_TOKENS} tokens)")
+        r = post_json(url, "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": WARM_DECODE_TOKENS,
+                                                                               "temperature": 0.0, "ignore_eos": True}},
+                      timeout=timeout, api_key=api_key)
+        warm[role]["decoded_tokens"] = r.get("meta_info", {}).get("completion_tokens")
     samples: dict[str, list[dict]] = {role: [] for role in live}
     order = []
     for r in range(rounds):

@@ -2,6 +2,7 @@
 it reads the inventory and nothing else (no lock, no state, no HTTP, no process)."""
 from __future__ import annotations
 
+from rollout.ab import WARM_DECODE_TOKENS
 from rollout.engine import CANDIDATE, CONTROL
 from rollout.inventory import Inventory
 from rollout.launch import BACKEND_ENV
@@ -57,7 +58,8 @@ def plan_lines(inv: Inventory, canary: str | None = None, rollback_all: bool = F
                  f"no logprobs asked (mode tokens): the candidate's greedy tokens (its verify path) vs the control's "
                  f"greedy tokens after the same context: agreement >= {gt['min_token_agreement']}"))
         step(f"[{name}] gate speed vs {control}: {gt['rounds']} interleaved rounds, {gt['context_tokens']} tokens of "
-             f"context (prefix cache warmed), {gt['max_new_tokens']} streamed tokens, ignore_eos; pass if median "
+             f"context (prefix cache and decode path warmed, {WARM_DECODE_TOKENS} tokens untimed), {gt['max_new_tokens']} "
+             f"streamed tokens, ignore_eos; pass if median "
              f"ratio and CI{gt['ci_level']:.0%} low >= {1 - gt['speed_threshold']:.3f}")
         step(f"[{name}] gate metrics over the gates ({g.url}/metrics vs the control's): error rate <= "
              f"{gt['max_error_rate']}, queue <= {gt['max_queue_reqs']}, accept length ratio >= "

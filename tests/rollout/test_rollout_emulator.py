@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rollout.ab import make_input_ids, measure, run_ab
+from rollout.ab import WARM_DECODE_TOKENS, make_input_ids, measure, run_ab
 from rollout.client import EndpointError, get_json, post_json, request, stream_generate
 from rollout.emulator import start_emulator
 from rollout.numerics import compare
@@ -74,6 +74,11 @@ def test_flash_decodes_faster_and_ab_passes(pair):
     assert all(x == 4095 for x in r["candidate"]["cached_tokens"])  # measured requests decode, not prefill
     assert r["candidate"]["median_accept_length"] > 2 and r["emulated"] is True
     assert any("round 5/5" in m for m in seen)
+    # each arm decoded WARM_DECODE_TOKENS, untimed, after every prefill warm-up and before round 1
+    assert all(r["warm"][role]["decoded_tokens"] == WARM_DECODE_TOKENS for role in ("candidate", "control"))
+    at = {m.split(" (")[0]: i for i, m in enumerate(seen)}
+    assert (at["warming the prefix cache on control"] < at["warming the decode path on candidate"]
+            < at["warming the decode path on control"] < next(i for i, m in enumerate(seen) if m.startswith("round 1/5")))
     # the same judge refuses when the roles are swapped
     back = run_ab(k.url, c.url, context_tokens=4096, max_new_tokens=24)
     assert not back["passed"] and back["ratio"] < 0.8 and "FAIL" in back["reason"]
