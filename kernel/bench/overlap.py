@@ -265,6 +265,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # production against it (...T1839-pdl-confirm.json): the merged call 0.5-1.5 us faster at T = 1-32
     # on both pools, except rows64d at the centre, a tie
     "pdl_at_exit": (("MLAV_NO_PDL_TRIGGER",), (8, 6, 4, 1)),
+    # fp8 rows64d's math alone read from f16 stages that half 1 converts once a tile (tier_rowsd.cuh,
+    # STG): only the no_loads rows differ from production (timing only; its full call is production's)
+    "stage16_math": (("MLAV_STAGE16=1",), (8,)),
+    # the same, the conversion split: half 0 five of each thread's nine chunks at its step's end
+    "stage16_split_math": (("MLAV_STAGE16=2",), (8,)),
 }
 # Measured and deleted (2026-12-06, twenty-fourth session; commits cec8c04 and 031d8e7, one H100, three
 # rounds, rungs/overlap*-h100-20261206T{0957,1003,1004}-*.json): rows64d with a fourth warpgroup that
