@@ -265,18 +265,16 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # production against it (...T1839-pdl-confirm.json): the merged call 0.5-1.5 us faster at T = 1-32
     # on both pools, except rows64d at the centre, a tie
     "pdl_at_exit": (("MLAV_NO_PDL_TRIGGER",), (8, 6, 4, 1)),
-    # fp8 rows64d's math alone read from f16 stages that half 1 converts once a tile (tier_rowsd.cuh,
-    # STG): only the no_loads rows differ from production (timing only; its full call is production's)
-    "stage16_math": (("MLAV_STAGE16=1",), (8,)),
-    # the same, the conversion split: half 0 five of each thread's nine chunks at its step's end
-    "stage16_split_math": (("MLAV_STAGE16=2",), (8,)),
 }
 # Measured and deleted (2026-12-06, twenty-fourth session; commits cec8c04 and 031d8e7, one H100, three
 # rounds, rungs/overlap*-h100-20261206T{0957,1003,1004}-*.json): rows64d with a fourth warpgroup that
 # issued every copy and slot id (-DMLAV_HELPER, built for sm_90a: setmaxnreg gave the math warps 240
 # registers, the helper 24), bit-equal on bf16, +4 to +13 % (its math alone +7 to +11 %; fp8's build
 # stopped on an illegal instruction in the helper's code); and production capped at 240 registers
-# (-DMLAV_MAXNREG=240), whose math alone lost as much: +9 to +12 % on both pools
+# (-DMLAV_MAXNREG=240), whose math alone lost as much: +9 to +12 % on both pools. Then (commit f812b5f,
+# rungs/overlap-fp8-h100-20261206T1023-stage16.json): fp8's math-alone kernel reading its prefix tiles
+# as bf16's loop does, from f16 stages converted once a tile from e4m3 ones (-DMLAV_STAGE16=1: by half
+# 1; =2: split between the halves), timed by its no_loads rows: +23 / +12 % at T = 16 and 32
 # builds whose split boundaries differ from production's where a request has a tail row tile, so
 # that their merge rounds differently: held to production's output within REL_TOL (relative
 # 2-norm, o and lse) and no unwritten output, instead of bit for bit; each with the tail weight its

@@ -276,18 +276,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // kernel/NOTES.md). Production's math alone is within 1 % of the classic loop's (overlap T1920:
   // 98.2 against 98.5 us)
   constexpr int H0_LAG = KIND == PARTS ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
-  // -DMLAV_STAGE16 (diagnostic, timing only): fp8 rows64d's math-alone kernel reads its prefix tiles
-  // as bf16's loop does, from f16 stages (3 of 18 KB) that half 1 fills at the end of its step j by
-  // converting tile j + 1 once from an e4m3 stage (2 of 9.25 KB past them); the production kernel is
-  // unchanged, so overlap's no_loads rows time this math. Its values are not the fp8 kernel's
-#ifdef MLAV_STAGE16
-  constexpr bool STG = FP8 && HALVES == 2 && KIND == MATH_ALONE;
-  constexpr int STG_H0 = MLAV_STAGE16 == 2 ? 5 : 0;      // 2: half 0 converts chunks part + 8 i, i < 5, at its step's end
-#else
-  constexpr bool STG = false;
-  constexpr int STG_H0 = 0;
-#endif
-  constexpr int FST = 3;                                  // STG: f16 stages (e4m3 stages: 2, past them)
   extern __shared__ __align__(128) uint8_t smem[];
   {
     Item item;
@@ -481,7 +469,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       for (int h = 0; h < 2; ++h) {
         const int row = r * 32 + m * 16 + g + 8 * h;
         const bool ok = row_base + row < rows;
-        if constexpr (FP8 && !STG) {   // dims 16 (9 d + kk) + 4 qd .. + 3: the e4m3 fragments' order (top)
+        if constexpr (FP8) {   // dims 16 (9 d + kk) + 4 qd .. + 3: the e4m3 fragments' order (top)
           const uint2 v = ok ? __ldg(reinterpret_cast<const uint2*>(p.q + (grow0 + row) * D + 16 * (9 * d + kk) + 4 * qd))
                              : make_uint2(0u, 0u);
           qa[kk][m][h] = v.x;
@@ -565,7 +553,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int n = 0; n < 2; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.f;
-    if constexpr (FP8 && !(STG && !DRAFT)) {
+    if constexpr (FP8) {
       if constexpr (!DRAFT) {
         // e4m3: lanes 0-7 address tokens 0-7, lanes 8-15 tokens 8-15 at the 16-byte column
         // 9 d + kk, so one ldmatrix.x2 holds both n-tiles of k-step kk (requested a k-step
@@ -612,7 +600,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         }
       }
     } else {
-      const __nv_bfloat16* kt = ring + (tile % (STG ? FST : Lo::KST)) * (BN * D);
+      const __nv_bfloat16* kt = ring + (tile % Lo::KST) * (BN * D);
       const int tok = ((lane >> 4) << 3) + (lane & 7);
       const int sub = (lane >> 3) & 1;
       // k-step kk reads chunks 8 kk + 2 d and + 1 of a row, i.e. 128-byte block kk: the swizzle
@@ -765,7 +753,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       const uint4 t = ps[((pb * HALVES + r) * 2 + m) * 32 + lane];
       pa[m][0] = t.x; pa[m][1] = t.y; pa[m][2] = t.z; pa[m][3] = t.w;
     }
-    if constexpr (FP8 && !(STG && !DRAFT)) {
+    if constexpr (FP8) {
       if (!DRAFT || j < n_main()) {
         // e4m3, columns 128 d + 16 c .. + 15 by one ldmatrix.x2.trans (requested 16 columns
         // ahead): lanes 0-7 address tokens 0-7, lanes 8-15 tokens 8-15. A register holds tokens
@@ -818,7 +806,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           }
       }
     } else {
-      const __nv_bfloat16* vt = ring + (j % (STG ? FST : Lo::KST)) * (BN * D);
+      const __nv_bfloat16* vt = ring + (j % Lo::KST) * (BN * D);
       const int tok = ((lane >> 3) & 1) * 8 + (lane & 7);
       const int sub = lane >> 4;
       // n-tiles 2 n2, 2 n2 + 1 are chunks 8 n2 + 2 d, + 1 (columns 64 n2 + 16 d .. + 15): block n2
@@ -839,19 +827,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
           mma16816(acc[m][2 * n2 + 1], pa[m], cb[2], cb[3]);
         }
       }
-    }
-  };
-  // STG: tile t from its e4m3 stage into its f16 stage, once, by half 1 (8 threads a token, chunk
-  // part + 8 i of the row from its 8 e4m3 bytes)
-  auto convert16 = [&](int t, int i0, int i1) {
-    const int tok = (tid & 127) >> 3, part = tid & 7;
-    const uint8_t* src = ring8 + FST * BN * D * 2 + (t & 1) * Lo::STAGE8 + tok * Lo::ROW8 + part * 8;
-    __nv_bfloat16* dst = ring + (t % FST) * (BN * D);
-#pragma unroll
-    for (int i = i0; i < i1; ++i) {
-      const uint2 e = *reinterpret_cast<const uint2*>(src + 64 * i);
-      *reinterpret_cast<uint4*>(dst + swz(tok, part + 8 * i) * 8) =
-          make_uint4(e4m3x2_to_f16x2(e.x), e4m3x2_hi_to_f16x2(e.x), e4m3x2_to_f16x2(e.y), e4m3x2_hi_to_f16x2(e.y));
     }
   };
   // tile t's copies (half 1 alone with two halves), the lean way
@@ -1005,7 +980,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
       half_bar();
       if (do_pv) pv(j, draft_tag, no_hook);
     }
-    if constexpr (STG && STG_H0 > 0 && !decltype(draft_tag)::value) convert16(j + 1, 0, STG_H0);
     if (COPY_AT) cp_async_commit();
   };
   // idle_tag (std::true_type): half 1 of a tail CTA, its tile steps without the math (TAIL)
@@ -1065,7 +1039,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     } else {
       if (do_qk) qk(j, draft_tag, no_hook);
     }
-    if constexpr (STG && !decltype(draft_tag)::value) convert16(j + 1, STG_H0, CHUNKS / 8);
     if (COPY_AT) cp_async_commit();
   };
   auto step1 = [&](int j, auto draft_tag) { step1x(j, draft_tag, std::false_type()); };
