@@ -4,8 +4,9 @@ Each round sends the same exact-length `input_ids` (prefix cache warmed first, s
 measured request decodes rather than prefills; then WARM_DECODE_TOKENS decoded untimed, so that
 no arm's first timed round pays for its decode path's first use) as a streaming /generate with
 ignore_eos and greedy sampling to both endpoints, candidate first on even rounds and control
-first on odd ones (drift hits both arms). tokens/s per request = tokens after the first chunk / time from
-the first chunk to the last, from the stream's arrival times (prefill and TTFT excluded).
+first on odd ones (drift hits both arms). tokens/s per request = tokens after the first chunk /
+time from the first chunk to the last, from the stream's arrival times (prefill and TTFT
+excluded).
 Pass when median(candidate)/median(control) >= 1 - threshold and the bootstrap CI's lower
 bound is too.
 

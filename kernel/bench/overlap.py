@@ -275,6 +275,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
 # rungs/overlap-fp8-h100-20261206T1023-stage16.json): fp8's math-alone kernel reading its prefix tiles
 # as bf16's loop does, from f16 stages converted once a tile from e4m3 ones (-DMLAV_STAGE16=1: by half
 # 1; =2: split between the halves), timed by its no_loads rows: +23 / +12 % at T = 16 and 32
+
 # builds whose split boundaries differ from production's where a request has a tail row tile, so
 # that their merge rounds differently: held to production's output within REL_TOL (relative
 # 2-norm, o and lse) and no unwritten output, instead of bit for bit; each with the tail weight its
