@@ -65,7 +65,8 @@ read_gbps, mma_tflops = data.ceilings(bench)
 found = [f for f in (findings.correctness(val), findings.centre_speed(df), findings.tiers(tiers),
                      findings.sglang_step(integ), findings.backend(backend),
                      findings.fp8(val, bench, backend), findings.dcp(dcp),
-                     findings.extend_kernel(ext), findings.production(docs, centre_est)) if f is not None]
+                     findings.extend_kernel(ext),
+                     findings.production(docs, centre_est, data.gpu_short(sm120))) if f is not None]
 display(HTML(findings.box(found, "<b>Findings of this report</b> (computed from the data below)")))
 display(Markdown('<a id="evidence"></a>' + provenance.evidence_box(docs)))
 display(Markdown(provenance.banner(docs, measured_since)))
@@ -616,8 +617,8 @@ else:
 # The kernel is compiled for sm_120 (RTX PRO 6000 Blackwell) in every run, but **it has never
 # run on one**: every measurement on this page is from the GPU named at the top. What follows
 # is a model (`kernel/bench/sm120_estimate.py`, its own file in the data directory): it takes
-# each tier's microbenchmarks on a GH100 GPU (the H200 of the committed files; the model file names
-# it) and sm_120's published figures and gives a time per layer per
+# each tier's microbenchmarks on a GH100 GPU (an H200 or an H100; the model file and the
+# table's caption name it) and sm_120's published figures and gives a time per layer per
 # tier. Per 16-token tile, the math is that GPU's non-matrix clocks (softmax, barriers, loop:
 # the same clocks on sm_120) plus the tile's MMAs at sm_120's rate (a quarter of an MMA per clock
 # per SM) divided by the tier's MMA efficiency measured there, at most 1 (sm_120's MMAs never

@@ -60,7 +60,7 @@ KINDS = {
     "trace": "per-CTA phase timestamps of one call from the diagnostic build (phase 2)",
     "mma-ldsm-probe": "mma.sync with ldmatrix at 1-8 MMAs per load, SASS-checked, beside its "
                       "predictions (kernel/NOTES.md)",
-    "sm120_model": "the sm_120 MODEL (not a measurement) built from H200 microbenchmarks (phase 2)",
+    "sm120_model": "the sm_120 MODEL (not a measurement) built from GH100 (H200 or H100) microbenchmarks (phase 2)",
     "sm120_sim": "a second sm_120 MODEL of rows64d's math, simulated from sm_120's own machine code "
                  "(phase 2, section 11)",
     "mma_kinds": "mma.sync's rate on bf16 m16n8k16 against e4m3 m16n8k32 on loop-invariant operands: "
@@ -776,7 +776,7 @@ SM120_COLUMNS = ("S", "T", "H", "tier", "clock", "clock_ghz", "h200_us", "h200_o
 
 def sm120_frame(doc: dict, kv_dtype: str = BF16_KV, clock: str | None = None) -> pd.DataFrame:
     """The sm_120 model file's rows (kind "sm120_model", kernel/bench/sm120_estimate.py: a MODEL
-    built from H200 microbenchmarks and sm_120's published figures, not a measurement) on one KV
+    built from GH100 microbenchmarks and sm_120's published figures, not a measurement) on one KV
     pool at one clock (default: the file's default_clock), with `lowest_estimate` marking the
     tier whose estimate (the serial bound) is lowest at each shape; empty when it has none."""
     rows = doc.get("rows") or []

@@ -27,10 +27,11 @@ def finding(id: str, check: str, text: str, status: str, anchor: str) -> dict:
     return {"id": id, "check": check, "text": text, "status": status, "anchor": anchor}
 
 
-def production(docs: list[dict], estimate: dict | None = None) -> dict:
+def production(docs: list[dict], estimate: dict | None = None, measured_on: str = "H200") -> dict:
     """Whether the production GPU ran any of these files, and what was built for it; with
     `estimate` (a row of the microbench file's sm_120 model, as data.sm120_frame gives it), the
-    model's time for it, labelled an estimate, next to the H200's measured time."""
+    model's time for it, labelled an estimate, next to the measured time of the GPU its model file
+    names (`measured_on`, data.gpu_short of that file)."""
     lim = evidence_limits(docs)
     gpus = ", ".join(lim["gpus"])
     if lim["production_ran"]:
@@ -45,7 +46,7 @@ def production(docs: list[dict], estimate: dict | None = None) -> dict:
         text += (f"; ESTIMATE (a model, not a measurement): {estimate['sm120_estimate_us']:,.1f} "
                  f"us per layer there at S = {int(estimate['S']):,}, T = {int(estimate['T'])}, "
                  f"H = {int(estimate['H'])} ({data.tier_phrase(estimate['tier'])}), against "
-                 f"{estimate['h200_us']:,.1f} us measured on the H200")
+                 f"{estimate['h200_us']:,.1f} us measured on the {measured_on}")
         anchor = "sm120"
     return finding("production", f"run on the production GPU ({PRODUCTION_ARCH}, "
                    f"{PRODUCTION_NAME})", text, "open", anchor)

@@ -287,7 +287,8 @@ def document(micro: dict, bench: dict | None, micro_name: str, bench_name: str |
     spec = spec_gbps(micro.get("gpu", "NVIDIA H200"))
     prov = {k: micro[k] for k in ("gpu", "sms", "driver", "cuda", "torch", "commit", "date") if k in micro}
     return {**prov, "kind": "sm120_model",
-            "model": "a model, not a measurement: kernel/bench/sm120_estimate.py on H200 microbenchmarks",
+            "model": ("a model, not a measurement: kernel/bench/sm120_estimate.py on "
+                      f"{str(micro.get('gpu', 'NVIDIA H200')).removeprefix('NVIDIA ')} microbenchmarks"),
             "inputs": {"micro": micro_name, "bench": bench_name, "read_GBps": read},
             "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "sm120": SM120, "clocks": CLOCKS, "default_clock": DEFAULT_CLOCK,
@@ -344,7 +345,7 @@ def _newest(data: Path, prefix: str) -> Path | None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path("reports/data"), help="where the H200 JSON lives")
+    ap.add_argument("--data", type=Path, default=Path("reports/data"), help="where the GH100 (H200 or H100) JSON lives")
     ap.add_argument("--micro", type=Path, default=None, help="a microbench file (default: the newest in --data)")
     ap.add_argument("--bench", type=Path, default=None, help="a bench file (default: the newest in --data)")
     ap.add_argument("--out", type=Path, default=None, help="folder for sm120-model-*.json (default: --data)")
