@@ -30,6 +30,24 @@ def test_tiles_per_cta_is_the_device_schedule():
     assert micro_tiles is tiles_per_cta                        # the microbenchmarks use the same one
 
 
+def test_wave_fit_fills_the_sms_the_safe_chunk_leaves_idle():
+    # aiming at target - U items leaves up to U SMs idle: 130 items at the centre and T = 16 (U = 1, 2),
+    # 128 at T = 32 (U = 4); aimed at target, 132 items fit there in one wave
+    for (T, safe, fit) in ((8, 89, 88), (16, 178, 176), (32, 362, 351)):
+        assert tiles_per_cta([185000], T, 8, 64, 132, wave_fit=False) == safe
+        assert tiles_per_cta([185000], T, 8, 64, 132, wave_fit=True) == fit
+    # T = 64: the chunk aimed at 132 items gives 8 x 17 = 136, a second wave: the safe chunk stays
+    assert tiles_per_cta([185000], 64, 8, 64, 132, wave_fit=True) == tiles_per_cta([185000], 64, 8, 64, 132, wave_fit=False) == 723
+    # the tail's weight counts in both: D = 17 at 6 / 8 fits 132 items too
+    assert tiles_per_cta([185000], 17, 8, 64, 132, 6, wave_fit=True) < tiles_per_cta([185000], 17, 8, 64, 132, 6, wave_fit=False)
+
+
+def test_wave_fit_mirrors_the_kernel_source():
+    src = (Path(__file__).resolve().parent.parent / "kernel" / "csrc" / "verify_common.cuh").read_text()
+    got = re.search(r"#else\nconstexpr bool WAVE_FIT = (true|false);", src)
+    assert got and (got.group(1) == "true") == m.WAVE_FIT
+
+
 def test_tail_row_tiles_take_longer_splits():
     # DDTree's D = 17 at 8 heads: 136 rows, two full 64-row tiles and a tail of 8. With equal splits
     # (tail_e 8) the 3 row tiles take 43 splits each (129 items for 132 CTAs) of 269 tiles; with the

@@ -61,6 +61,7 @@ from ..checks import FP8_ROW_BYTES, ROW_BYTES
 BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
 TAIL_E = {"bfloat16": 6, "fp8_e4m3": 7}   # = tier_rowsd.cuh's TAIL_E and TAIL_E_FP8, in eighths
                                              # (tests/test_sm120_estimate.py reads them there)
+WAVE_FIT = False   # = verify_common.cuh's MLAV_WAVE_FIT default (tests/test_sm120_estimate.py reads it there)
 FP8 = "fp8_e4m3"
 
 # Published sm_120 figures (RTX PRO 6000 Blackwell, GB202), with their sources
@@ -112,19 +113,32 @@ TILE_BYTES = {"bfloat16": BN * ROW_BYTES, FP8: BN * FP8_ROW_BYTES}
 IN_FLIGHT_TILES = {"bfloat16": {0: 3, 1: 2, 2: 2, 4: 2, 6: 3, 8: 2, 9: 2}, FP8: {1: 4, 2: 4, 4: 4, 6: 7, 8: 6}}
 
 
-def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int, tail_e: int = 8) -> int:
+def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int, tail_e: int = 8,
+                  wave_fit: bool | None = None) -> int:
     """16-token tiles of the busiest full row tile's CTA, by the device's own schedule
     (verify_common.cuh's plan_item). tail_e < 8 (rows64d: tail_e_of): a last row tile of at most
     rows / 2 rows counts tail_e / 8 of a full one's work and takes splits 8 / tail_e times as long,
-    which its CTAs, that much cheaper a tile, take in the same time."""
+    which its CTAs, that much cheaper a tile, take in the same time. wave_fit (default: WAVE_FIT, the
+    library's MLAV_WAVE_FIT): the chunk aimed at `target` items where they fit in one wave, else
+    the one aimed at target - U (U: the row tiles)."""
     def cdiv(a, b):
         return -(-a // b)
     nrt = [cdiv(T * H, rows) for _ in prefix_lens]
     tail = 1 if tail_e < 8 and nrt[0] >= 2 and T * H - (nrt[0] - 1) * rows <= rows // 2 else 0
     U = sum(nrt)
     total = sum((8 * n - (8 - tail_e) * tail) * (s + T) for n, s in zip(nrt, prefix_lens))
-    chunk = cdiv(total, 8 * (target - U)) if U < target else 1 << 40
-    chunk = cdiv(max(MIN_CHUNK, chunk), BN) * BN
+
+    def chunk_for(k: int) -> int:
+        chunk = cdiv(total, 8 * (target - k)) if U < target else 1 << 40
+        return cdiv(max(MIN_CHUNK, chunk), BN) * BN
+
+    def items(chunk: int) -> int:
+        chunk_t = cdiv(cdiv(chunk * 8, tail_e), BN) * BN
+        return sum((n - tail) * cdiv(s + T, chunk) + (cdiv(s + T, chunk_t) if tail else 0)
+                   for n, s in zip(nrt, prefix_lens))
+    chunk = chunk_for(U)
+    if (WAVE_FIT if wave_fit is None else wave_fit) and items(chunk_for(0)) <= target:
+        chunk = chunk_for(0)
     return max(cdiv(cdiv(s + T, cdiv(s + T, chunk)), BN) for s in prefix_lens)
 
 
