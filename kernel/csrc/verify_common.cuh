@@ -20,7 +20,7 @@ constexpr int NTHREADS = NWARPS * 32;
 #ifdef MLAV_WAVE_FIT
 constexpr bool WAVE_FIT = MLAV_WAVE_FIT;
 #else
-constexpr bool WAVE_FIT = false;
+constexpr bool WAVE_FIT = true;
 #endif
 constexpr int MIN_CHUNK = 128;  // fewest KV tokens per split: a split must outweigh its partial
 constexpr int TILE_BYTES = BN * D * 2;
