@@ -24,8 +24,10 @@ def test_mma_counts_match_the_memo():
 
 
 def test_tiles_per_cta_is_the_device_schedule():
-    assert tiles_per_cta([185000], 8, 8, 64, 132) == 89      # memo: 89 tiles per CTA at the centre
-    assert tiles_per_cta([185000], 8, 8, 32, 132) == 178     # two row tiles share the splits
+    # memo: 89 tiles per CTA at the centre with the chunk aimed at target - U items; 88 with the wave fit
+    assert tiles_per_cta([185000], 8, 8, 64, 132, wave_fit=False) == 89
+    assert tiles_per_cta([185000], 8, 8, 64, 132) == 88
+    assert tiles_per_cta([185000], 8, 8, 32, 132, wave_fit=False) == 178     # two row tiles share the splits
     from kernel.bench.micro import tiles_per_cta as micro_tiles
     assert micro_tiles is tiles_per_cta                        # the microbenchmarks use the same one
 
@@ -42,6 +44,10 @@ def test_wave_fit_fills_the_sms_the_safe_chunk_leaves_idle():
     assert tiles_per_cta([185000], 17, 8, 64, 132, 6, wave_fit=True) < tiles_per_cta([185000], 17, 8, 64, 132, 6, wave_fit=False)
 
 
+def test_a_micro_file_names_its_librarys_wave_fit():
+    assert m.micro_wave_fit({}) is False and m.micro_wave_fit({"wave_fit": True}) is True
+
+
 def test_wave_fit_mirrors_the_kernel_source():
     src = (Path(__file__).resolve().parent.parent / "kernel" / "csrc" / "verify_common.cuh").read_text()
     got = re.search(r"#else\nconstexpr bool WAVE_FIT = (true|false);", src)
@@ -53,9 +59,9 @@ def test_tail_row_tiles_take_longer_splits():
     # (tail_e 8) the 3 row tiles take 43 splits each (129 items for 132 CTAs) of 269 tiles; with the
     # tail counted at 6 / 8 (tier_rowsd.cuh's TAIL_E) the full tiles take 47 of 247 tiles and the
     # tail 36 of 8 / 6 the length (130 items); at 7 / 8 the full tiles take 256
-    assert tiles_per_cta([185000], 17, 8, 64, 132, 8) == 269
-    assert tiles_per_cta([185000], 17, 8, 64, 132, 6) == 247
-    assert 247 < tiles_per_cta([185000], 17, 8, 64, 132, 7) < 269
+    assert tiles_per_cta([185000], 17, 8, 64, 132, 8, wave_fit=False) == 269
+    assert tiles_per_cta([185000], 17, 8, 64, 132, 6, wave_fit=False) == 247
+    assert 247 < tiles_per_cta([185000], 17, 8, 64, 132, 7, wave_fit=False) < 269
     # no tail where the last row tile is full (T = 16) or holds more than half (T = 13: 64 + 40)
     for T in (8, 16, 13):
         assert tiles_per_cta([185000], T, 8, 64, 132, 6) == tiles_per_cta([185000], T, 8, 64, 132, 8)
@@ -169,7 +175,8 @@ def test_c_rows32d_runs_one_cta_per_sm_on_sm120():
     nonmma = 1249 - 272 / (R8 * e)
     assert r["lone_cta_factor"] == 2                                 # two CTAs per SM on the H200, one here
     assert r["sm120_clk_per_tile"] == pytest.approx(2 * nonmma + 272 / (0.25 * e))
-    assert r["sm120_tiles_per_cta"] == tiles_per_cta([185000], 8, 8, 32, 188)   # 188 CTAs, not 376
+    # 188 CTAs, not 376; the schedule of that file's library (no wave fit)
+    assert r["sm120_tiles_per_cta"] == tiles_per_cta([185000], 8, 8, 32, 188, wave_fit=False)
     eight = _row(model(_micro(), READ), 8)
     assert r["sm120_math_us"] > eight["sm120_math_us"]               # the old model ranked rows32d first
 

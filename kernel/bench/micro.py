@@ -27,7 +27,7 @@ import torch
 
 from ..inputs import make_case
 from ..ops import TIERS, get_workspace, launch
-from .sm120_estimate import TAIL_E, tail_e_of, tiles_per_cta
+from .sm120_estimate import TAIL_E, WAVE_FIT, tail_e_of, tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES, traffic
 from .timing import log, time_calls
 
@@ -161,5 +161,6 @@ def run(ceil_gbps: float, stages: set[str]) -> dict:
     # the sm_120 model reads these rows (and the parts' 8-warp ceiling gpu_run adds) into a file
     # of its own: kernel/bench/sm120_estimate.py
     # tail_e: the schedule of rows64d's tail row tiles in the library measured, in eighths (sm120_estimate reads
-    # it; files without it measured equal splits)
-    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "tail_e": dict(TAIL_E), "rows": rows}
+    # it; files without it measured equal splits); wave_fit: its plan_item's (files without it: none)
+    return {"kind": "microbench", "clock_mhz": clock, "clock_assumed_mhz": mhz, "tail_e": dict(TAIL_E),
+            "wave_fit": WAVE_FIT, "rows": rows}

@@ -148,6 +148,12 @@ def tail_e_of(tier: int, kv_dtype: str = "bfloat16", tail_e: dict | None = None)
     return (TAIL_E if tail_e is None else tail_e).get(kv_dtype, 8) if tier == 8 else 8
 
 
+def micro_wave_fit(micro: dict) -> bool:
+    """Whether a micro file's library fitted its plan to one wave of target items (WAVE_FIT): its
+    `wave_fit`; absent (the files before 2026-12-06's twenty-fifth session), the safe chunk alone."""
+    return bool(micro.get("wave_fit", False))
+
+
 def micro_tail_e(micro: dict) -> dict:
     """The tail schedule a micro file's library ran, in eighths: its `tail_e`, or twice the quarters
     of `tail_q` (the files before 2026-12-06); absent, equal splits."""
@@ -203,8 +209,8 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
     # a tier measured once and deleted since has no constants here (micro-h200-20261202T1531.json
     # holds tier 10's rows): its rows are left out
     rows_in = [r for r in micro["rows"] if r["tier"] in H200_CTAS]
-    # the schedule of the library the file measured (rows64d's tail splits per pool; absent: equal)
-    tail_e = micro_tail_e(micro)
+    # the schedule of the library the file measured (rows64d's tail splits per pool, absent: equal; its wave fit)
+    tail_e, wave_fit = micro_tail_e(micro), micro_wave_fit(micro)
     sms_h200, mhz = micro["sms"], micro["clock_assumed_mhz"]
     ceil = micro.get("ceilings", {})
     tfl8 = ceil.get("mma_TFLOPs_8_warps_per_sm") or ceil.get("mma_TFLOPs")
@@ -230,7 +236,7 @@ def model(micro: dict, read_gbps: float, clocks: dict = CLOCKS, latency_ns: floa
         k = H200_CTAS[tier] / SM120["ctas_per_sm"]
         e120 = min(e, 1.0)
         clk = nonmma * k + mmas / (SM120["mma_per_clk_sm"] * e120)
-        tiles = tiles_per_cta([S], T, H, rows, SM120["sms"] * SM120["ctas_per_sm"], tail_e_of(tier, kv, tail_e))
+        tiles = tiles_per_cta([S], T, H, rows, SM120["sms"] * SM120["ctas_per_sm"], tail_e_of(tier, kv, tail_e), wave_fit)
         in_flight = IN_FLIGHT_TILES[kv][tier] * TILE_BYTES[kv]
         need = SM120["dram_GBps"] * d / SM120["sms"] * latency_ns   # bytes: GB/s x ns
         memory = kv_bytes / (SM120["dram_GBps"] * 1e3 * d * min(1.0, in_flight / need))

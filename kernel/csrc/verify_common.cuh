@@ -343,45 +343,53 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
 #pragma unroll
   for (int w = 0; w < W; ++w) { total += work_w[w]; U += nrt_w[w]; }
   // every request rounds its split count up, at most one extra item per row tile, so aiming
-  // at (target - U) items keeps the whole schedule within one wave (chunk_safe below). That bound
-  // leaves up to U SMs idle where fewer are enough (the centre: 130 items on 132 SMs; T = 32 at
-  // 8 heads: 128), so pass 2 also counts the items of the chunk aimed at target itself (chunk_fit)
-  // and the plan takes it where they fit in one wave (WAVE_FIT; false: chunk_safe alone, the code before).
-  auto chunk_for = [&](int k) -> unsigned {   // the chunk aimed at (target - k) items, rounded to BN
-    if (U >= p.target_ctas) return 1u << 31;  // more row tiles than CTAs: one split each
-    long long c = TAIL_E < 8 ? (total + 8 * (p.target_ctas - k) - 1) / (8 * (p.target_ctas - k))   // total in eighths
-                             : (total + (p.target_ctas - k) - 1) / (p.target_ctas - k);
-    if (c < MIN_CHUNK) c = MIN_CHUNK;
-    // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
-    // per-request divisions 32-bit
-    return (unsigned)(min(c, 1LL << 31) + BN - 1) / BN * BN;
-  };
-  const unsigned chunk_safe = chunk_for((int)U);
-  const unsigned chunk_fit = WAVE_FIT ? chunk_for(0) : chunk_safe;
-  // both counts in one packed scan: 16 bits each (items < target + U < 2 target)
+  // at (target - U) items keeps the whole schedule within one wave. That bound leaves up to U SMs
+  // idle where fewer are enough (the centre: 130 items on 132 SMs; T = 32 at 8 heads: 128), so
+  // pass 2 also counts the items of the chunk aimed at target itself (chunk_fit, WAVE_FIT), in the
+  // same scan, and the plan takes it where they fit in one wave. (Written so that rows64, at 255
+  // registers, keeps its 0 bytes of spills on sm_80-90: a first form cost it 40.)
+  long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U)
+                                        : (1LL << 40);   // more row tiles than CTAs: one split each
+  if constexpr (TAIL_E < 8) {   // total is in eighths
+    if (U < p.target_ctas) chunk64 = (total + 8 * (p.target_ctas - U) - 1) / (8 * (p.target_ctas - U));
+  }
+  if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
+  // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
+  // per-request divisions 32-bit
+  unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
+  const unsigned chunk_safe = chunk;
+  unsigned chunk_fit = chunk;
+  if constexpr (WAVE_FIT) {
+    if (U < p.target_ctas) {
+      long long c = TAIL_E < 8 ? (total + 8LL * p.target_ctas - 1) / (8LL * p.target_ctas)
+                               : (total + p.target_ctas - 1) / p.target_ctas;
+      if (c < MIN_CHUNK) c = MIN_CHUNK;
+      chunk_fit = (unsigned)(min(c, 1LL << 31) + BN - 1) / BN * BN;
+    }
+  }
   const bool two = WAVE_FIT && chunk_fit != chunk_safe && p.target_ctas < (1 << 14);
-  unsigned chunk = chunk_safe, chunk_t = 0;
-  auto splits_of = [&](const Req& r, int nrt, unsigned c) { return nrt ? (int)(((unsigned)(r.S + r.T) + c - 1) / c) : 0; };
+  auto splits = [&](const Req& r, int nrt) { return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0; };
   // TAIL_E < 8: the tail row tile's chunk, 8 / TAIL_E times the full ones', rounded up to BN; its splits;
   // a request's items, ns x (nrt - tail) full ones, then ns_t of the tail
-  auto tail_chunk = [&](unsigned c) { return (unsigned)(min(((long long)c * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN; };
-  auto splits_t_of = [&](const Req& r, int nrt, unsigned ct) { return tail_of(r, nrt) ? (int)(((unsigned)(r.S + r.T) + ct - 1) / ct) : 0; };
-  auto items_of = [&](const Req& r, int nrt, int ns, unsigned ct) {
-    return TAIL_E < 8 ? (nrt - tail_of(r, nrt)) * ns + splits_t_of(r, nrt, ct) : nrt * ns;
-  };
+  auto tail_chunk = [](unsigned c) { return (unsigned)(min(((long long)c * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN; };
+  unsigned chunk_t = tail_chunk(chunk);
+  const unsigned chunk_fit_t = tail_chunk(chunk_fit);
+  auto splits_t = [&](const Req& r, int nrt) { return tail_of(r, nrt) ? (int)(((unsigned)(r.S + r.T) + chunk_t - 1) / chunk_t) : 0; };
+  auto items_t = [&](const Req& r, int nrt, int ns) { return (nrt - tail_of(r, nrt)) * ns + splits_t(r, nrt); };
   // pass 2: items and partial slots per request, one packed exclusive scan, one barrier
-  long long packed = 0;   // items << 32 | parts (each below 2^31); two: chunk_fit's, then chunk_safe's, 16 bits each
+  long long packed = 0;   // items << 32 | parts, each below 2^31; two: chunk_fit's, then chunk_safe's, 16 bits each
   for (int b = b0; b < b1; ++b) {
     const Req r = load_req(b);
-    const int nrt = row_tiles(r), ns = splits_of(r, nrt, chunk_safe);
-    const long long n = items_of(r, nrt, ns, TAIL_E < 8 ? tail_chunk(chunk_safe) : 0);
-    const long long pb = (n << 32) | (unsigned)(ns > 1 ? n : 0);
-    if (two) {
-      const int ns_a = splits_of(r, nrt, chunk_fit);
-      const long long n_a = items_of(r, nrt, ns_a, TAIL_E < 8 ? tail_chunk(chunk_fit) : 0);
-      packed += (n_a << 48) | ((ns_a > 1 ? n_a : 0) << 32) | (n << 16) | (ns > 1 ? n : 0);
+    const int nrt = row_tiles(r), ns = splits(r, nrt);
+    const int n_items = TAIL_E < 8 ? items_t(r, nrt, ns) : nrt * ns;
+    if (two) {   // items < target + U < 2 target: no field carries into the next
+      const unsigned L = (unsigned)(r.S + r.T);
+      const int ns_a = nrt ? (int)((L + chunk_fit - 1) / chunk_fit) : 0;
+      const int n_a = TAIL_E < 8 ? (nrt - tail_of(r, nrt)) * ns_a + (tail_of(r, nrt) ? (int)((L + chunk_fit_t - 1) / chunk_fit_t) : 0)
+                                 : nrt * ns_a;
+      packed += ((long long)n_a << 48) | ((long long)(ns_a > 1 ? n_a : 0) << 32) | ((long long)n_items << 16) | (ns > 1 ? n_items : 0);
     } else {
-      packed += pb;
+      packed += ((long long)n_items << 32) | (unsigned)(ns > 1 ? n_items : 0);
     }
   }
   long long incl = packed;
@@ -398,21 +406,14 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     excl += w < warp ? scan_w[w] : 0;
     all += scan_w[w];
   }
-  int item_excl, part_excl;
+  int item_excl = (int)(excl >> 32), part_excl = (int)(excl & 0xffffffffLL);
   if (two) {   // chunk_fit where its items fit in one wave
     const bool fit = (int)((unsigned long long)all >> 48) <= p.target_ctas;
     const int sh = fit ? 32 : 0;
     item_excl = (int)((excl >> (sh + 16)) & 0xffff);
     part_excl = (int)((excl >> sh) & 0xffff);
-    chunk = fit ? chunk_fit : chunk_safe;
-  } else {
-    item_excl = (int)(excl >> 32);
-    part_excl = (int)(excl & 0xffffffffLL);
+    if (fit) { chunk = chunk_fit; chunk_t = chunk_fit_t; }
   }
-  if constexpr (TAIL_E < 8) chunk_t = tail_chunk(chunk);
-  auto splits = [&](const Req& r, int nrt) { return splits_of(r, nrt, chunk); };
-  auto splits_t = [&](const Req& r, int nrt) { return splits_t_of(r, nrt, chunk_t); };
-  auto items_t = [&](const Req& r, int nrt, int ns) { return items_of(r, nrt, ns, chunk_t); };
   // pass 3: the thread whose requests hold this CTA's item publishes it
   const int me = blockIdx.x;
   for (int b = b0; b < b1; ++b) {
