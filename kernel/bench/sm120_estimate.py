@@ -61,7 +61,7 @@ from ..checks import FP8_ROW_BYTES, ROW_BYTES
 BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
 TAIL_E = {"bfloat16": 6, "fp8_e4m3": 7}   # = tier_rowsd.cuh's TAIL_E and TAIL_E_FP8, in eighths
                                              # (tests/test_sm120_estimate.py reads them there)
-WAVE_FIT = True    # = verify_common.cuh's MLAV_WAVE_FIT default (tests/test_sm120_estimate.py reads it there)
+WAVE_FIT = False   # production's plan_item: the wave fit only under -DMLAV_WAVE_FIT (tests/test_sm120_estimate.py)
 FP8 = "fp8_e4m3"
 
 # Published sm_120 figures (RTX PRO 6000 Blackwell, GB202), with their sources

@@ -16,12 +16,6 @@ constexpr int CHUNKS = D / 8;   // 16-byte chunks per row
 constexpr int BN = 16;          // KV tokens per pipeline stage
 constexpr int NWARPS = 8;
 constexpr int NTHREADS = NWARPS * 32;
-// plan_item: the chunk aimed at target items where they fit in one wave (-DMLAV_WAVE_FIT=1)
-#ifdef MLAV_WAVE_FIT
-constexpr bool WAVE_FIT = MLAV_WAVE_FIT;
-#else
-constexpr bool WAVE_FIT = true;
-#endif
 constexpr int MIN_CHUNK = 128;  // fewest KV tokens per split: a split must outweigh its partial
 constexpr int TILE_BYTES = BN * D * 2;
 constexpr int CHUNKS8 = D / 16;       // 16-byte chunks per fp8 row
@@ -343,11 +337,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
 #pragma unroll
   for (int w = 0; w < W; ++w) { total += work_w[w]; U += nrt_w[w]; }
   // every request rounds its split count up, at most one extra item per row tile, so aiming
-  // at (target - U) items keeps the whole schedule within one wave. That bound leaves up to U SMs
-  // idle where fewer are enough (the centre: 130 items on 132 SMs; T = 32 at 8 heads: 128), so
-  // pass 2 also counts the items of the chunk aimed at target itself (chunk_fit, WAVE_FIT), in the
-  // same scan, and the plan takes it where they fit in one wave. (Written so that rows64, at 255
-  // registers, keeps its 0 bytes of spills on sm_80-90: a first form cost it 40.)
+  // at (target - U) items keeps the whole schedule within one wave
   long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U)
                                         : (1LL << 40);   // more row tiles than CTAs: one split each
   if constexpr (TAIL_E < 8) {   // total is in eighths
@@ -356,27 +346,38 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
   // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
   // per-request divisions 32-bit
+#ifdef MLAV_WAVE_FIT
+  // the chunk aimed at (target - U) items leaves up to U SMs idle where fewer are enough (the
+  // centre: 130 items on 132 SMs; T = 32 at 8 heads: 128): pass 2 also counts the items of the
+  // chunk aimed at target itself (chunk_fit) in the same scan, and the plan takes it where they fit
+  // in one wave (kernel/NOTES.md, the wave fit)
   unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
   const unsigned chunk_safe = chunk;
   unsigned chunk_fit = chunk;
-  if constexpr (WAVE_FIT) {
-    if (U < p.target_ctas) {
-      long long c = TAIL_E < 8 ? (total + 8LL * p.target_ctas - 1) / (8LL * p.target_ctas)
-                               : (total + p.target_ctas - 1) / p.target_ctas;
-      if (c < MIN_CHUNK) c = MIN_CHUNK;
-      chunk_fit = (unsigned)(min(c, 1LL << 31) + BN - 1) / BN * BN;
-    }
+  if (U < p.target_ctas) {
+    long long c = TAIL_E < 8 ? (total + 8LL * p.target_ctas - 1) / (8LL * p.target_ctas)
+                             : (total + p.target_ctas - 1) / p.target_ctas;
+    if (c < MIN_CHUNK) c = MIN_CHUNK;
+    chunk_fit = (unsigned)(min(c, 1LL << 31) + BN - 1) / BN * BN;
   }
-  const bool two = WAVE_FIT && chunk_fit != chunk_safe && p.target_ctas < (1 << 14);
+  const bool two = chunk_fit != chunk_safe && p.target_ctas < (1 << 14);
+#else
+  const unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
+#endif
   auto splits = [&](const Req& r, int nrt) { return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0; };
   // TAIL_E < 8: the tail row tile's chunk, 8 / TAIL_E times the full ones', rounded up to BN; its splits;
   // a request's items, ns x (nrt - tail) full ones, then ns_t of the tail
+#ifdef MLAV_WAVE_FIT
   auto tail_chunk = [](unsigned c) { return (unsigned)(min(((long long)c * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN; };
   unsigned chunk_t = tail_chunk(chunk);
   const unsigned chunk_fit_t = tail_chunk(chunk_fit);
+#else
+  const unsigned chunk_t = (unsigned)(min(((long long)chunk * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN;
+#endif
   auto splits_t = [&](const Req& r, int nrt) { return tail_of(r, nrt) ? (int)(((unsigned)(r.S + r.T) + chunk_t - 1) / chunk_t) : 0; };
   auto items_t = [&](const Req& r, int nrt, int ns) { return (nrt - tail_of(r, nrt)) * ns + splits_t(r, nrt); };
   // pass 2: items and partial slots per request, one packed exclusive scan, one barrier
+#ifdef MLAV_WAVE_FIT
   long long packed = 0;   // items << 32 | parts, each below 2^31; two: chunk_fit's, then chunk_safe's, 16 bits each
   for (int b = b0; b < b1; ++b) {
     const Req r = load_req(b);
@@ -392,6 +393,19 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
       packed += ((long long)n_items << 32) | (unsigned)(ns > 1 ? n_items : 0);
     }
   }
+#else
+  long long packed = 0;                        // items << 32 | parts; each stays below 2^31
+  for (int b = b0; b < b1; ++b) {
+    const Req r = load_req(b);
+    const int nrt = row_tiles(r), ns = splits(r, nrt);
+    if constexpr (TAIL_E < 8) {
+      const int n_items = items_t(r, nrt, ns);
+      packed += ((long long)n_items << 32) | (unsigned)(ns > 1 ? n_items : 0);
+    } else {
+      packed += ((long long)(nrt * ns) << 32) | (unsigned)(ns > 1 ? nrt * ns : 0);
+    }
+  }
+#endif
   long long incl = packed;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -400,6 +414,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   }
   if (lane == 31) scan_w[warp] = incl;
   __syncthreads();
+#ifdef MLAV_WAVE_FIT
   long long excl = incl - packed, all = 0;
 #pragma unroll
   for (int w = 0; w < W; ++w) {
@@ -414,6 +429,12 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     part_excl = (int)((excl >> sh) & 0xffff);
     if (fit) { chunk = chunk_fit; chunk_t = chunk_fit_t; }
   }
+#else
+  long long excl = incl - packed;
+#pragma unroll
+  for (int w = 0; w < W; ++w) excl += w < warp ? scan_w[w] : 0;
+  int item_excl = (int)(excl >> 32), part_excl = (int)(excl & 0xffffffffLL);
+#endif
   // pass 3: the thread whose requests hold this CTA's item publishes it
   const int me = blockIdx.x;
   for (int b = b0; b < b1; ++b) {
