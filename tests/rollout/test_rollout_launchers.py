@@ -68,25 +68,31 @@ launcher = "local"
 # SGLang's shape: the main process drains on SIGTERM and then ends its scheduler child, which
 # has no SIGTERM handler of its own (a signal to the process group kills it at once). The main
 # process writes whether its child was still alive after the drain. IGNORE_TERM: never exits.
+# SCRIPT_READY appears once its handler is installed and its child started (tests wait for it, not
+# for a fixed time, so that a loaded machine cannot send SIGTERM before the handler is there)
 SCRIPT = ("import os,signal,subprocess,sys,time; "
           "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
           "stop = []; "
           "signal.signal(signal.SIGTERM, signal.SIG_IGN if os.environ.get('IGNORE_TERM') else "
           "(lambda s, f: stop.append(1))); "
+          "open(os.environ['SCRIPT_READY'], 'w').close(); "
           "[time.sleep(0.02) for _ in iter(lambda: bool(stop), True)]; "
           "time.sleep(0.3); "
           "open(os.environ['DRAIN_REPORT'], 'w').write('alive' if child.poll() is None else 'dead'); "
           "child.kill(); child.wait()")
 
 # stands in for `sglang` (the default launch template's `sglang serve`) and for `python` in a
-# group's own command: records its argv, then idles
-RECORDER = "import json, os, sys, time\nopen(os.environ['ARGV_FILE'], 'w').write(json.dumps(sys.argv[1:]))\ntime.sleep(60)\n"
+# group's own command: records its argv, then idles. The record appears whole (written aside, then
+# renamed): a reader polling for the file never sees it created but still empty
+RECORDER = ("import json, os, sys, time\nf = os.environ['ARGV_FILE']\n"
+            "open(f + '.part', 'w').write(json.dumps(sys.argv[1:]))\nos.replace(f + '.part', f)\ntime.sleep(60)\n")
 
 
 @pytest.fixture
 def fakebin(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a `;touch PWNED` that ran would leave PWNED here
     monkeypatch.setenv("DRAIN_REPORT", str(tmp_path / "drain.txt"))
+    monkeypatch.setenv("SCRIPT_READY", str(tmp_path / "ready"))
     monkeypatch.setenv("ARGV_FILE", str(tmp_path / "argv.json"))
     return fake_bin.install(tmp_path, monkeypatch)
 
@@ -182,7 +188,7 @@ def test_local_drains_through_main_process_only(tmp_path, fakebin):
     assert b"CUDA_VISIBLE_DEVICES=6" in env and b"MLA_VERIFY_BACKEND=flash" in env
     with pytest.raises(LaunchError, match="already running"):
         loc.start("flash")
-    time.sleep(0.5)  # let it install its handler and start its child
+    wait_for(lambda: (tmp_path / "ready").exists())  # its handler installed, its child started
     assert loc.stop("flash") == "drained"
     # SGLang's scheduler child lived through the drain: only the main process got SIGTERM
     assert (tmp_path / "drain.txt").read_text() == "alive"
@@ -197,7 +203,7 @@ def test_local_kills_after_drain_deadline(tmp_path, fakebin, monkeypatch):
     inv = inventory(tmp_path, drain=1)
     loc = LocalLauncher(inv.group("loc"), inv)
     loc.start("triton")
-    time.sleep(0.5)  # let it install its SIGTERM handler
+    wait_for(lambda: (tmp_path / "ready").exists())  # its handler installed, its child started
     seen = []
     t0 = time.monotonic()
     assert loc.stop("triton", lambda e, d: seen.append(d)) == "killed after drain deadline"
@@ -210,8 +216,7 @@ def test_local_reports_a_dead_process(tmp_path, fakebin):
     inv.group("loc").command = ["{python}", "-c", "import sys; sys.exit(7)"]
     loc = LocalLauncher(inv.group("loc"), inv)
     loc.start("flash")
-    time.sleep(0.5)
-    assert "exited (code 7)" in loc.died()
+    assert "exited (code 7)" in wait_for(lambda: "exited (code 7)" in (loc.died() or "") and loc.died())
 
 
 def test_local_refuses_to_start_where_another_server_answers(tmp_path, fakebin, data_dir):
