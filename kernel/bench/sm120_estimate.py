@@ -136,9 +136,9 @@ def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int
         chunk_t = cdiv(cdiv(chunk * 8, tail_e), BN) * BN
         return sum((n - tail) * cdiv(s + T, chunk) + (cdiv(s + T, chunk_t) if tail else 0)
                    for n, s in zip(nrt, prefix_lens))
-    chunk = chunk_for(U)
-    if (WAVE_FIT if wave_fit is None else wave_fit) and items(chunk_for(0)) <= target:
-        chunk = chunk_for(0)
+    chunk, fit = chunk_for(U), chunk_for(0)
+    if (WAVE_FIT if wave_fit is None else wave_fit) and items(fit) <= target:
+        chunk = fit
     return max(cdiv(cdiv(s + T, cdiv(s + T, chunk)), BN) for s in prefix_lens)
 
 
@@ -304,11 +304,11 @@ def document(micro: dict, bench: dict | None, micro_name: str, bench_name: str |
     if not read:
         raise ValueError("no read ceiling: neither the bench nor the microbench file has ceilings.read_GBps")
     rows = model(micro, read)
-    spec = spec_gbps(micro.get("gpu", "NVIDIA H200"))
+    gpu = micro.get("gpu", "NVIDIA H200")
+    spec = spec_gbps(gpu)
     prov = {k: micro[k] for k in ("gpu", "sms", "driver", "cuda", "torch", "commit", "date") if k in micro}
     return {**prov, "kind": "sm120_model",
-            "model": ("a model, not a measurement: kernel/bench/sm120_estimate.py on "
-                      f"{str(micro.get('gpu', 'NVIDIA H200')).removeprefix('NVIDIA ')} microbenchmarks"),
+            "model": f"a model, not a measurement: kernel/bench/sm120_estimate.py on {gpu.removeprefix('NVIDIA ')} microbenchmarks",
             "inputs": {"micro": micro_name, "bench": bench_name, "read_GBps": read},
             "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "sm120": SM120, "clocks": CLOCKS, "default_clock": DEFAULT_CLOCK,
