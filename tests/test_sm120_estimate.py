@@ -24,9 +24,10 @@ def test_mma_counts_match_the_memo():
 
 
 def test_tiles_per_cta_is_the_device_schedule():
-    # memo: 89 tiles per CTA at the centre with the chunk aimed at target - U items; 88 with the wave fit
-    assert tiles_per_cta([185000], 8, 8, 64, 132) == 89
-    assert tiles_per_cta([185000], 8, 8, 64, 132, wave_fit=True) == 88
+    # memo: 89 tiles per CTA at the centre with the chunk aimed at target - U items; 88 with the wave
+    # fit, production's plan since 2026-12-06's twenty-sixth session
+    assert tiles_per_cta([185000], 8, 8, 64, 132) == 88
+    assert tiles_per_cta([185000], 8, 8, 64, 132, wave_fit=False) == 89
     assert tiles_per_cta([185000], 8, 8, 32, 132, wave_fit=False) == 178     # two row tiles share the splits
     from kernel.bench.micro import tiles_per_cta as micro_tiles
     assert micro_tiles is tiles_per_cta                        # the microbenchmarks use the same one
@@ -50,8 +51,8 @@ def test_a_micro_file_names_its_librarys_wave_fit():
 
 def test_wave_fit_mirrors_the_kernel_source():
     src = (Path(__file__).resolve().parent.parent / "kernel" / "csrc" / "verify_common.cuh").read_text()
-    # production's plan_item has the wave fit only under the variant's macro
-    assert "#ifdef MLAV_WAVE_FIT" in src and "constexpr bool WAVE_FIT" not in src and m.WAVE_FIT is False
+    # production's plan_item has the wave fit; the variant's macro takes it out
+    assert "#ifdef MLAV_WAVE_SAFE" in src and "MLAV_WAVE_FIT" not in src and m.WAVE_FIT is True
 
 
 def test_tail_row_tiles_take_longer_splits():

@@ -61,7 +61,7 @@ from ..checks import FP8_ROW_BYTES, ROW_BYTES
 BN, MIN_CHUNK = 16, 128   # = verify_common.cuh's BN and MIN_CHUNK: tiles_per_cta mirrors its schedule
 TAIL_E = {"bfloat16": 6, "fp8_e4m3": 7}   # = tier_rowsd.cuh's TAIL_E and TAIL_E_FP8, in eighths
                                              # (tests/test_sm120_estimate.py reads them there)
-WAVE_FIT = False   # production's plan_item: the wave fit only under -DMLAV_WAVE_FIT (tests/test_sm120_estimate.py)
+WAVE_FIT = True    # production's plan_item fits the chunk to one wave; -DMLAV_WAVE_SAFE: the safe chunk alone
 FP8 = "fp8_e4m3"
 
 # Published sm_120 figures (RTX PRO 6000 Blackwell, GB202), with their sources
@@ -119,8 +119,8 @@ def tiles_per_cta(prefix_lens: list[int], T: int, H: int, rows: int, target: int
     (verify_common.cuh's plan_item). tail_e < 8 (rows64d: tail_e_of): a last row tile of at most
     rows / 2 rows counts tail_e / 8 of a full one's work and takes splits 8 / tail_e times as long,
     which its CTAs, that much cheaper a tile, take in the same time. wave_fit (default: WAVE_FIT, the
-    library's MLAV_WAVE_FIT): the chunk aimed at `target` items where they fit in one wave, else
-    the one aimed at target - U (U: the row tiles)."""
+    library's; off under MLAV_WAVE_SAFE): the chunk aimed at `target` items where they fit in one
+    wave, else the one aimed at target - U (U: the row tiles)."""
     def cdiv(a, b):
         return -(-a // b)
     nrt = [cdiv(T * H, rows) for _ in prefix_lens]

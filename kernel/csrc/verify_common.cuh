@@ -344,13 +344,12 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     if (U < p.target_ctas) chunk64 = (total + 8 * (p.target_ctas - U) - 1) / (8 * (p.target_ctas - U));
   }
   if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
-  // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
-  // per-request divisions 32-bit
-#ifdef MLAV_WAVE_FIT
   // the chunk aimed at (target - U) items leaves up to U SMs idle where fewer are enough (the
   // centre: 130 items on 132 SMs; T = 32 at 8 heads: 128): pass 2 also counts the items of the
   // chunk aimed at target itself (chunk_fit) in the same scan, and the plan takes it where they fit
   // in one wave (kernel/NOTES.md, the wave fit)
+  // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
+  // per-request divisions 32-bit
   unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
   const unsigned chunk_safe = chunk;
   unsigned chunk_fit = chunk;
@@ -360,24 +359,20 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     if (c < MIN_CHUNK) c = MIN_CHUNK;
     chunk_fit = (unsigned)(min(c, 1LL << 31) + BN - 1) / BN * BN;
   }
-  const bool two = chunk_fit != chunk_safe && p.target_ctas < (1 << 14);
+#ifdef MLAV_WAVE_SAFE   // the old schedule, chunk_safe always (overlap's wave_safe variant)
+  const bool two = false;
 #else
-  const unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
+  const bool two = chunk_fit != chunk_safe && p.target_ctas < (1 << 14);
 #endif
   auto splits = [&](const Req& r, int nrt) { return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0; };
   // TAIL_E < 8: the tail row tile's chunk, 8 / TAIL_E times the full ones', rounded up to BN; its splits;
   // a request's items, ns x (nrt - tail) full ones, then ns_t of the tail
-#ifdef MLAV_WAVE_FIT
   auto tail_chunk = [](unsigned c) { return (unsigned)(min(((long long)c * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN; };
   unsigned chunk_t = tail_chunk(chunk);
   const unsigned chunk_fit_t = tail_chunk(chunk_fit);
-#else
-  const unsigned chunk_t = (unsigned)(min(((long long)chunk * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN;
-#endif
   auto splits_t = [&](const Req& r, int nrt) { return tail_of(r, nrt) ? (int)(((unsigned)(r.S + r.T) + chunk_t - 1) / chunk_t) : 0; };
   auto items_t = [&](const Req& r, int nrt, int ns) { return (nrt - tail_of(r, nrt)) * ns + splits_t(r, nrt); };
   // pass 2: items and partial slots per request, one packed exclusive scan, one barrier
-#ifdef MLAV_WAVE_FIT
   long long packed = 0;   // items << 32 | parts, each below 2^31; two: chunk_fit's, then chunk_safe's, 16 bits each
   for (int b = b0; b < b1; ++b) {
     const Req r = load_req(b);
@@ -393,19 +388,6 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
       packed += ((long long)n_items << 32) | (unsigned)(ns > 1 ? n_items : 0);
     }
   }
-#else
-  long long packed = 0;                        // items << 32 | parts; each stays below 2^31
-  for (int b = b0; b < b1; ++b) {
-    const Req r = load_req(b);
-    const int nrt = row_tiles(r), ns = splits(r, nrt);
-    if constexpr (TAIL_E < 8) {
-      const int n_items = items_t(r, nrt, ns);
-      packed += ((long long)n_items << 32) | (unsigned)(ns > 1 ? n_items : 0);
-    } else {
-      packed += ((long long)(nrt * ns) << 32) | (unsigned)(ns > 1 ? nrt * ns : 0);
-    }
-  }
-#endif
   long long incl = packed;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -414,7 +396,6 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   }
   if (lane == 31) scan_w[warp] = incl;
   __syncthreads();
-#ifdef MLAV_WAVE_FIT
   long long excl = incl - packed, all = 0;
 #pragma unroll
   for (int w = 0; w < W; ++w) {
@@ -429,12 +410,6 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
     part_excl = (int)((excl >> sh) & 0xffff);
     if (fit) { chunk = chunk_fit; chunk_t = chunk_fit_t; }
   }
-#else
-  long long excl = incl - packed;
-#pragma unroll
-  for (int w = 0; w < W; ++w) excl += w < warp ? scan_w[w] : 0;
-  int item_excl = (int)(excl >> 32), part_excl = (int)(excl & 0xffffffffLL);
-#endif
   // pass 3: the thread whose requests hold this CTA's item publishes it
   const int me = blockIdx.x;
   for (int b = b0; b < b1; ++b) {
