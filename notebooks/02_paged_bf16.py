@@ -471,7 +471,11 @@ if micro is not None and len(ladder_docs) > 1:
 # ## 8b. Where a call's time goes beyond its bytes: fixed cost and phases
 # - **Fixed cost** (`python -m kernel.gpu_run --stages fixed`): the default tier's call timed at
 #   prefix lengths from 128 tokens to 262k; a straight line through the long ones gives what a
-#   call costs on top of its KV bytes (the intercept) and the rate at which it reads them.
+#   call costs on top of its KV bytes (the intercept) and the rate at which it reads them. A
+#   second line, against the 16-token tiles of the busiest thread block, splits the same times
+#   into what a call costs once and what one more tile costs in SM clocks; for the math alone
+#   (no KV load issued) that is the tile's own cost, which the per-tile figures of section 8
+#   (a call's time over its tiles) mix with the once-a-call part.
 # - **Phases** (`--stages trace`): a diagnostic build of the same kernels in which one thread
 #   of every thread block records the GPU's global timer at fixed points: its start, the
 #   schedule planned, the first tile in, the loop done, the result stored; and for the merge,
@@ -487,7 +491,8 @@ if fixed is not None:
     ff = data.fixed_cost_frame(fixed)
     display(Markdown(f"`{Path(fixed['_path']).name}`: the line runs through S >= "
                      f"{int(ff['fit_from_S'].iloc[0]):,}."))
-    display(figures.table(ff.drop(columns=["fit_from_S"]), {"intercept_us": "{:,.1f}", "marginal_gbps": "{:,.0f}"},
+    display(figures.table(ff.drop(columns=["fit_from_S"]), {"intercept_us": "{:,.1f}", "marginal_gbps": "{:,.0f}",
+                                                           "tile_intercept_us": "{:,.1f}", "clk_per_tile": "{:,.0f}"},
                           "Fixed cost (intercept) and marginal KV rate of a call, per pool and T"))
 if trace is not None:
     tf = data.trace_frame(trace)

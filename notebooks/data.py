@@ -718,14 +718,20 @@ def parts_frame(doc: dict) -> pd.DataFrame:
     return wide.sort_values(["S", "T", "tier"]).reset_index(drop=True)
 
 
+FIXED_PARTS = {"time_us": "whole call", "no_merge_us": "without the merge",
+               "math_alone_us": "math alone, without the merge"}
+
+
 def fixed_cost_frame(doc: dict) -> pd.DataFrame:
     """A fixed-cost file's line fits (kernel/bench/fixed_cost.py), one row per pool, T and
-    whole call or verify kernel alone: the intercept (us, the call's cost beyond its KV bytes)
-    and the marginal rate (GB/s of KV bytes) from the prefix lengths it fits."""
+    whole call, verify kernel alone or its math alone (files from 2026-12-06 on): the intercept
+    (us, the call's cost beyond its KV bytes) and the marginal rate (GB/s of KV bytes) from the
+    prefix lengths it fits; where the file has them, the line against the busiest CTA's tiles:
+    its intercept (us a call) and a tile's SM clocks (NaN in older files)."""
     rows = [{"pool": f["kv_dtype"], "T": f["T"], "H": f["H"], "tile": tier_name(f["tier"]),
-             "part": "whole call" if f["of"] == "time_us" else "without the merge",
-             "fit_from_S": f["fit_from_S"], "intercept_us": f["intercept_us"],
-             "marginal_gbps": f["marginal_GBps"]} for f in doc["fits"]]
+             "part": FIXED_PARTS[f["of"]], "fit_from_S": f["fit_from_S"], "intercept_us": f["intercept_us"],
+             "marginal_gbps": f["marginal_GBps"], "tile_intercept_us": f.get("tile_intercept_us", float("nan")),
+             "clk_per_tile": f.get("marginal_clk_per_tile", float("nan"))} for f in doc["fits"]]
     return pd.DataFrame(rows)
 
 

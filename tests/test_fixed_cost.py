@@ -29,3 +29,33 @@ def test_kernel_times_pairs_each_merge_with_the_verify_kernel_before_it():
     assert r["merge_start_after_verify_end_us"] == pytest.approx(-2.0)
     alone = kernel_times([("mla_verify_kernel_rowsd<2>", 0.0, 5.0)])   # without its merge (mode 4)
     assert alone["calls"] == 1 and alone["merge_us"] is None
+
+
+def test_tile_fit_splits_a_call_into_once_and_per_tile_clocks():
+    from kernel.bench.fixed_cost import tile_fit
+    rows = [{"tiles_per_cta": n, "math_alone_us": 9.5 + n * 0.85} for n in (32, 63, 88, 126)]
+    f = tile_fit(rows, "math_alone_us", 2000.0)
+    assert f["tile_intercept_us"] == pytest.approx(9.5)
+    assert f["marginal_us_per_tile"] == pytest.approx(0.85)
+    assert f["marginal_clk_per_tile"] == pytest.approx(1700.0)
+
+
+def test_every_point_times_the_whole_call_the_kernel_alone_and_its_math_alone():
+    from kernel.bench.fixed_cost import CASES, MODES
+    from kernel.bench.micro import MODE_NO_LOADS, MODE_NO_MERGE
+    assert MODES == {"time_us": 0, "no_merge_us": MODE_NO_MERGE, "math_alone_us": MODE_NO_LOADS | MODE_NO_MERGE}
+    assert (16, 8, "fp8_e4m3") in CASES
+
+
+def test_the_frame_names_the_math_alone_and_reads_files_without_tile_lines():
+    import math
+
+    from notebooks import data
+    fit = {"T": 8, "H": 8, "tier": 8, "kv_dtype": "bfloat16", "fit_from_S": 65536, "intercept_us": 14.0,
+           "marginal_GBps": 2400.0}
+    new = {"fits": [dict(fit, of="math_alone_us", tile_intercept_us=9.5, marginal_clk_per_tile=1700.0)]}
+    old = {"fits": [dict(fit, of="no_merge_us")]}
+    r = data.fixed_cost_frame(new).iloc[0]
+    assert r["part"] == "math alone, without the merge" and (r["tile_intercept_us"], r["clk_per_tile"]) == (9.5, 1700.0)
+    r = data.fixed_cost_frame(old).iloc[0]
+    assert r["part"] == "without the merge" and math.isnan(r["clk_per_tile"])

@@ -33,6 +33,17 @@ def test_phases_of_a_traced_call():
         phases([[0] * 8], merge)
 
 
+def test_a_diagnostic_sources_extra_points_count_from_the_plan_where_every_working_cta_has_them():
+    a = [1000, 3000, 7000, 54000, 55000, 4000, 6000, 0]        # point 7 missing in one CTA
+    b = [1500, 3500, 8500, 58500, 60000, 5500, 7500, 9000]
+    r = phases([a, b, [2000, 4000, 0, 0, 0, 0, 0, 0]], [])       # the item-less CTA is left out
+    assert r["point5_after_plan_us"] == pytest.approx(1.5)      # median of 1.0 and 2.0
+    assert r["point6_after_plan_us"] == pytest.approx(3.5)
+    assert "point7_after_plan_us" not in r
+    plain = [_verify_row(1000, 3000, 4000, 54000, 55000), _verify_row(1500, 3500, 4500, 58500, 60000)]
+    assert not [k for k in phases(plain, []) if k.startswith("point")]   # production's: none
+
+
 def test_diagnostic_build_has_its_own_hash_and_checked_defines():
     assert build.source_hash(("90",), ("MLAV_TRACE",)) != build.source_hash(("90",))
     assert build.lib_dir(("90",), defines=("MLAV_TRACE",)) != build.lib_dir(("90",))

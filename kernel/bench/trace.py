@@ -9,7 +9,9 @@ last verify CTA ended; and the whole span from the first CTA's entry to the merg
 next to the graph-replayed time of the same call; whether the CTAs that start last also store
 last (the correlation of their start and store times), the last store after the median one, how
 much longer the loops of the CTAs dispatched second on an SM run, and every working CTA's times
-of the last replay. Times in us; the timer ticks every ~32 ns.
+of the last replay. Times in us; the timer ticks every ~32 ns. Points 5-7 are free for a diagnostic
+source's own trace points (a patched tier_rowsd.cuh, say); where every working CTA recorded one,
+its median time after the plan is reported as point<k>_after_plan_us.
 
     python -m kernel.bench.trace --out DIR                                # CASES, production's code
     python -m kernel.bench.trace --define MLAV_NO_PDL_TRIGGER --cases 185000:8:8:bf16 --out DIR
@@ -72,6 +74,11 @@ def phases(verify: list[list[int]], merge: list[list[int]]) -> dict:
                        merge_last_store_after_verify_us=us(max(r[3] for r in m) - end))
             end = max(end, max(r[3] for r in m))
         out["span_us"] = us(end - t0)
+        # points 5-7: free for a diagnostic source's own MLAV_TRACE_AT (none in production's), as
+        # us after the plan (point 1), where every working CTA recorded them
+        for k in range(5, min(len(r) for r in work)):
+            if all(r[k] for r in work):
+                out[f"point{k}_after_plan_us"] = us(_med([r[k] - r[1] for r in work]))
         starts, stores = [r[0] for r in work], [r[4] for r in work]
         # the CTAs with work (item-less ones start late and return at once: no cost)
         out["working_launch_spread_us"] = us(max(starts) - min(starts))

@@ -112,7 +112,7 @@ def test_recorded_fixed_cost_and_phases():
     machine code: the fit's intercept moves by that much between runs); at T = 1 the last store lands
     1.6 us after the median one (1.2 at 19:44, 1.7 at 19:21), the blocks dispatched second on an SM
     loop 0.9 us longer (0.6, 0.7), and the merge ends 3.5 us after the last store (3.4, 3.5)."""
-    ff = data.fixed_cost_frame(data.newest(DATA, "fixed_cost"))
+    ff = data.fixed_cost_frame(data.load_file(DATA / "fixed-cost-h200-20261205T0239.json"))
     t1 = data.select(ff, pool=data.BF16_KV, T=1)
     assert [round(v, 1) for v in t1["intercept_us"]] == [12.2, 8.4]
     assert list(t1["part"]) == ["whole call", "without the merge"]
@@ -121,6 +121,27 @@ def test_recorded_fixed_cost_and_phases():
     assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (1.6, 3.5)
     assert round(r["second_cta_us"], 1) == 0.9 and r["launch_spread_us"] < 0.5
     assert r["tile"] == "small (8-row tiles)"
+
+
+def test_the_rows64d_tiles_own_math_apart_from_what_a_call_costs_once():
+    """fixed-cost-h100-20261206T1607.json (production's 5e66d98f678f759f, one H100 at 1,980 MHz) fits
+    each time against the busiest CTA's tiles over S = 65k..262k: bf16 rows64d's math alone at T = 8
+    costs 1,689 clocks a tile more and 12.6 us a call once (plan, prologue, epilogue, launch), which
+    micro's parts figure (the call over its 88 tiles: 1,936 on T1424's machine) spreads over the tiles;
+    on the fp8 pool 1,888 clocks a tile at T = 8 and 16 alike, and the whole fp8 T = 16 call 2,077
+    clocks a tile beside 18.4 us a call."""
+    ff = data.fixed_cost_frame(data.newest(DATA, "fixed_cost"))
+    assert ff["clk_per_tile"].notna().all()
+    alone = data.select(ff, part="math alone, without the merge").set_index(["pool", "T"])
+    assert round(alone.loc[(data.BF16_KV, 8), "clk_per_tile"]) == 1689
+    assert round(alone.loc[(data.BF16_KV, 8), "tile_intercept_us"], 1) == 12.6
+    assert [round(alone.loc[(data.FP8_KV, t), "clk_per_tile"]) for t in (8, 16)] == [1888, 1888]
+    whole = data.select(ff, part="whole call", pool=data.FP8_KV, T=16).iloc[0]
+    assert (round(whole["clk_per_tile"]), round(whole["tile_intercept_us"], 1)) == (2077, 18.4)
+    # micro's per-tile figure is this line at 88 tiles plus the call's once-cost spread over them
+    micro = data.load_file(DATA / "micro-h100-20261206T1424.json")
+    centre = [r for r in micro["rows"] if (r["S"], r["T"], r["tier"], r.get("part")) == (185000, 8, 8, "math")][0]
+    assert round(centre["clk_per_tile"]) == 1936 and centre["tiles_per_cta"] == 88
 
 
 def test_fp8_large_tiers_pairs_both_tiers_and_the_model_at_ddtree_rows():
