@@ -492,7 +492,7 @@ if fixed is not None:
     display(Markdown(f"`{Path(fixed['_path']).name}`: the line runs through S >= "
                      f"{int(ff['fit_from_S'].iloc[0]):,}."))
     display(figures.table(ff.drop(columns=["fit_from_S"]), {"intercept_us": "{:,.1f}", "marginal_gbps": "{:,.0f}",
-                                                           "tile_intercept_us": "{:,.1f}", "clk_per_tile": "{:,.0f}"},
+                                                           "tile_intercept_us": "{:,.1f}", "marginal_clk_per_tile": "{:,.0f}"},
                           "Fixed cost (intercept) and marginal KV rate of a call, per pool and T"))
 if trace is not None:
     tf = data.trace_frame(trace)

@@ -731,7 +731,7 @@ def fixed_cost_frame(doc: dict) -> pd.DataFrame:
     rows = [{"pool": f["kv_dtype"], "T": f["T"], "H": f["H"], "tile": tier_name(f["tier"]),
              "part": FIXED_PARTS[f["of"]], "fit_from_S": f["fit_from_S"], "intercept_us": f["intercept_us"],
              "marginal_gbps": f["marginal_GBps"], "tile_intercept_us": f.get("tile_intercept_us", float("nan")),
-             "clk_per_tile": f.get("marginal_clk_per_tile", float("nan"))} for f in doc["fits"]]
+             "marginal_clk_per_tile": f.get("marginal_clk_per_tile", float("nan"))} for f in doc["fits"]]
     return pd.DataFrame(rows)
 
 

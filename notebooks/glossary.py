@@ -93,7 +93,7 @@ COLUMNS = {
     # a call's fixed cost and phases (kernel/bench/fixed_cost.py, kernel/bench/trace.py)
     "pool": "KV pool", "part": "what is timed", "intercept_us": "fixed cost (intercept), us",
     "marginal_gbps": "marginal KV rate, GB/s", "tile_intercept_us": "once a call (line against tiles), us",
-    "clk_per_tile": "a 16-token tile more, SM clocks", "graph_us": "call, graph-replayed, us",
+    "marginal_clk_per_tile": "a 16-token tile more, SM clocks", "graph_us": "call, graph-replayed, us",
     "span_us": "traced span, us", "launch_spread_us": "last working block starts after the first, us",
     "plan_us": "schedule, us", "prologue_us": "until the first tile is in, us",
     "loop_min_us": "shortest loop, us", "loop_median_us": "median loop, us", "loop_max_us": "longest loop, us",

@@ -56,6 +56,6 @@ def test_the_frame_names_the_math_alone_and_reads_files_without_tile_lines():
     new = {"fits": [dict(fit, of="math_alone_us", tile_intercept_us=9.5, marginal_clk_per_tile=1700.0)]}
     old = {"fits": [dict(fit, of="no_merge_us")]}
     r = data.fixed_cost_frame(new).iloc[0]
-    assert r["part"] == "math alone, without the merge" and (r["tile_intercept_us"], r["clk_per_tile"]) == (9.5, 1700.0)
+    assert r["part"] == "math alone, without the merge" and (r["tile_intercept_us"], r["marginal_clk_per_tile"]) == (9.5, 1700.0)
     r = data.fixed_cost_frame(old).iloc[0]
-    assert r["part"] == "without the merge" and math.isnan(r["clk_per_tile"])
+    assert r["part"] == "without the merge" and math.isnan(r["marginal_clk_per_tile"])

@@ -131,13 +131,13 @@ def test_the_rows64d_tiles_own_math_apart_from_what_a_call_costs_once():
     on the fp8 pool 1,888 clocks a tile at T = 8 and 16 alike, and the whole fp8 T = 16 call 2,077
     clocks a tile beside 18.4 us a call."""
     ff = data.fixed_cost_frame(data.newest(DATA, "fixed_cost"))
-    assert ff["clk_per_tile"].notna().all()
+    assert ff["marginal_clk_per_tile"].notna().all()
     alone = data.select(ff, part="math alone, without the merge").set_index(["pool", "T"])
-    assert round(alone.loc[(data.BF16_KV, 8), "clk_per_tile"]) == 1689
+    assert round(alone.loc[(data.BF16_KV, 8), "marginal_clk_per_tile"]) == 1689
     assert round(alone.loc[(data.BF16_KV, 8), "tile_intercept_us"], 1) == 12.6
-    assert [round(alone.loc[(data.FP8_KV, t), "clk_per_tile"]) for t in (8, 16)] == [1888, 1888]
+    assert [round(alone.loc[(data.FP8_KV, t), "marginal_clk_per_tile"]) for t in (8, 16)] == [1888, 1888]
     whole = data.select(ff, part="whole call", pool=data.FP8_KV, T=16).iloc[0]
-    assert (round(whole["clk_per_tile"]), round(whole["tile_intercept_us"], 1)) == (2077, 18.4)
+    assert (round(whole["marginal_clk_per_tile"]), round(whole["tile_intercept_us"], 1)) == (2077, 18.4)
     # micro's per-tile figure is this line at 88 tiles plus the call's once-cost spread over them
     micro = data.load_file(DATA / "micro-h100-20261206T1424.json")
     centre = [r for r in micro["rows"] if (r["S"], r["T"], r["tier"], r.get("part")) == (185000, 8, 8, "math")][0]
