@@ -229,6 +229,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # 1,700. Measured on an H200 (commit f1a7837, three rounds, rungs/overlap*-h200-20261206T0308-
     # unroll-align.json, bit-equal): bf16 math alone -5.5 / -5.7 % (T = 8 / 32), as the model's loads-off
     # figure, but the full call +0.6 / +0.8 %; fp8 +2.2 / +1.6 / +1.1 % (T = 8 / 16 / 32); deleted)
+    # (ids_after_q: rowsd's prologue with the first AHEAD tiles' slot ids loaded before Q's fragments
+    # (IDS_FIRST, built as production) against after them, 5e66d98f's order (-DMLAV_IDS_FIRST=0):
+    # the prologue trace had tile 0's copies 2.9-3.6 us after the plan. Measured on an H100 (three
+    # rounds, bit-equal, rungs/overlap*-h100-20261206T1651-ids-first*.json): ids first +0.7 / +1.4 us
+    # at rows64d T = 16 / 8 on bf16, +0.7 / +0.9 on fp8, +0.2 at rows32d T = 4 on both; deleted)
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
     # fp8's tail row tile on splits as long as the full ones' (8 / 8), the production before 7 / 8: fp8's
