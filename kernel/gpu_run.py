@@ -27,8 +27,10 @@
   (kernel/csrc/mma_ldsm_probe.cu) at 4, 8 and 16 warps per SM, each beside its prediction,
   after the built library's machine code passed kernel/bench/probe_sass.py (sm_90 and
   sm_120); JSON probe-*.json. Not default.
-- fixed: the call's fixed cost, T = 1 and 8 on both pools, S = 128..262k, with and without the
-  merge, and CUPTI's verify and merge kernel times at 185k (kernel/bench/fixed_cost.py).
+- fixed: the call's fixed cost, T = 1 and 8 on both pools and 16 on fp8, S = 128..262k, whole,
+  without the merge and as its math alone, each as a line against the KV bytes and against the
+  busiest CTA's tiles (once a call and a tile's clocks), and CUPTI's verify and merge kernel
+  times at 185k (kernel/bench/fixed_cost.py).
 - trace: a diagnostic build (-DMLAV_TRACE, compiled here with nvcc) timestamps every CTA's
   phases: launch, plan, prologue, loop, epilogue, merge (kernel/bench/trace.py). Not default.
 - bench: read and mma.sync ceilings measured in this run, then our kernel, SGLang
