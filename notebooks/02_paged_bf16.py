@@ -493,7 +493,8 @@ if fixed is not None:
                      f"{int(ff['fit_from_S'].iloc[0]):,}."))
     display(figures.table(ff.drop(columns=["fit_from_S"]), {"intercept_us": "{:,.1f}", "marginal_gbps": "{:,.0f}",
                                                            "tile_intercept_us": "{:,.1f}", "marginal_clk_per_tile": "{:,.0f}"},
-                          "Fixed cost (intercept) and marginal KV rate of a call, per pool and T"))
+                          "Fixed cost (intercept) and marginal KV rate of a call, per pool and T; the same times "
+                          "against the busiest thread block's tiles: once a call and a tile's SM clocks"))
 if trace is not None:
     tf = data.trace_frame(trace)
     t1 = data.select(tf, pool=data.BF16_KV, T=1, S=data.CENTRE["S"])
