@@ -33,13 +33,17 @@ def test_phases_of_a_traced_call():
         phases([[0] * 8], merge)
 
 
-def test_a_diagnostic_sources_extra_points_count_from_the_plan_where_every_working_cta_has_them():
-    a = [1000, 3000, 7000, 54000, 55000, 4000, 6000, 0]        # point 7 missing in one CTA
-    b = [1500, 3500, 8500, 58500, 60000, 5500, 7500, 9000]
-    r = phases([a, b, [2000, 4000, 0, 0, 0, 0, 0, 0]], [])       # the item-less CTA is left out
+def test_a_diagnostic_sources_extra_points_count_from_the_plan_over_the_ctas_that_recorded_them():
+    a = [1000, 3000, 7000, 54000, 55000, 4000, 6000, 0, 0, 0]   # points 7 and 9 missing here
+    b = [1500, 3500, 8500, 58500, 60000, 5500, 7500, 9000, 0, 0]
+    idle = [2000, 4000, 0, 0, 0, 0, 0, 0, 0, 9999]               # item-less: left out everywhere
+    r = phases([a, b, idle], [])
     assert r["point5_after_plan_us"] == pytest.approx(1.5)      # median of 1.0 and 2.0
-    assert r["point6_after_plan_us"] == pytest.approx(3.5)
-    assert "point7_after_plan_us" not in r
+    assert (r["point6_after_plan_us"], r["point6_ctas"]) == (pytest.approx(3.5), 2)
+    assert (r["point7_after_plan_us"], r["point7_ctas"]) == (pytest.approx(5.5), 1)   # b alone
+    assert "point8_after_plan_us" not in r and "point9_after_plan_us" not in r
+    assert per_cta([a, b, idle]) == [[0, 0.0, 6.0, 53.0, 54.0, 3.0, 5.0, None],
+                                     [1, 0.5, 7.5, 57.5, 59.0, 4.5, 6.5, 8.0]]
     plain = [_verify_row(1000, 3000, 4000, 54000, 55000), _verify_row(1500, 3500, 4500, 58500, 60000)]
     assert not [k for k in phases(plain, []) if k.startswith("point")]   # production's: none
 

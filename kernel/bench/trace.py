@@ -9,9 +9,11 @@ last verify CTA ended; and the whole span from the first CTA's entry to the merg
 next to the graph-replayed time of the same call; whether the CTAs that start last also store
 last (the correlation of their start and store times), the last store after the median one, how
 much longer the loops of the CTAs dispatched second on an SM run, and every working CTA's times
-of the last replay. Times in us; the timer ticks every ~32 ns. Points 5-7 are free for a diagnostic
-source's own trace points (a patched tier_rowsd.cuh, say); where every working CTA recorded one,
-its median time after the plan is reported as point<k>_after_plan_us.
+of the last replay. Times in us; the timer ticks every ~32 ns. Points 5 and up are free for a
+diagnostic source's own trace points (a patched tier_rowsd.cuh, say, which may also raise
+TRACE_POINTS); each one's median time after the plan over the working CTAs that recorded it is
+reported as point<k>_after_plan_us, their count as point<k>_ctas, and every CTA's times follow
+the fixed ones in per_cta_last_replay.
 
     python -m kernel.bench.trace --out DIR                                # CASES, production's code
     python -m kernel.bench.trace --define MLAV_NO_PDL_TRIGGER --cases 185000:8:8:bf16 --out DIR
@@ -74,11 +76,14 @@ def phases(verify: list[list[int]], merge: list[list[int]]) -> dict:
                        merge_last_store_after_verify_us=us(max(r[3] for r in m) - end))
             end = max(end, max(r[3] for r in m))
         out["span_us"] = us(end - t0)
-        # points 5-7: free for a diagnostic source's own MLAV_TRACE_AT (none in production's), as
-        # us after the plan (point 1), where every working CTA recorded them
+        # points 5 and up: free for a diagnostic source's own MLAV_TRACE_AT (none in production's),
+        # as us after the plan (point 1), the median over the working CTAs that recorded them (a
+        # point at tile j of the loop is missed by items of j tiles or fewer), with their count
         for k in range(5, min(len(r) for r in work)):
-            if all(r[k] for r in work):
-                out[f"point{k}_after_plan_us"] = us(_med([r[k] - r[1] for r in work]))
+            got = [r[k] - r[1] for r in work if r[k]]
+            if got:
+                out[f"point{k}_after_plan_us"] = us(_med(got))
+                out[f"point{k}_ctas"] = len(got)
         starts, stores = [r[0] for r in work], [r[4] for r in work]
         # the CTAs with work (item-less ones start late and return at once: no cost)
         out["working_launch_spread_us"] = us(max(starts) - min(starts))
@@ -116,10 +121,14 @@ def second_cta_excess(rows: list[list[float]], sms: int) -> float | None:
 
 
 def per_cta(verify: list[list[int]]) -> list[list[float]]:
-    """[block, entry, loop start, loop end, store] per working CTA, us after the first entry."""
+    """[block, entry, loop start, loop end, store] per working CTA, us after the first entry; a
+    diagnostic source's points 5 and up follow where any working CTA recorded one (None where a
+    CTA did not)."""
     v = [(c, r) for c, r in enumerate(verify) if r[0]]
     t0 = min(r[0] for _, r in v)
-    return [[c] + [round((r[k] - t0) / 1e3, 3) for k in (0, 2, 3, 4)] for c, r in v if r[2]]
+    extra = [k for k in range(5, min(len(r) for _, r in v)) if any(r[k] for _, r in v if r[2])]
+    at = lambda r, k: round((r[k] - t0) / 1e3, 3) if r[k] else None
+    return [[c] + [at(r, k) for k in (0, 2, 3, 4, *extra)] for c, r in v if r[2]]
 
 
 def run(cases=CASES, defines=()) -> dict:
