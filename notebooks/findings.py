@@ -27,11 +27,13 @@ def finding(id: str, check: str, text: str, status: str, anchor: str) -> dict:
     return {"id": id, "check": check, "text": text, "status": status, "anchor": anchor}
 
 
-def production(docs: list[dict], estimate: dict | None = None, measured_on: str = "H200") -> dict:
+def production(docs: list[dict], estimate: dict | None = None, measured_on: str | None = None) -> dict:
     """Whether the production GPU ran any of these files, and what was built for it; with
     `estimate` (a row of the microbench file's sm_120 model, as data.sm120_frame gives it), the
     model's time for it, labelled an estimate, next to the measured time of the GPU its model file
-    names (`measured_on`, data.gpu_short of that file)."""
+    names (`measured_on`, data.gpu_short of that file: required with `estimate`)."""
+    if estimate is not None and not measured_on:
+        raise ValueError(f"measured_on: {measured_on!r}; an estimate needs the GPU its model file measured")
     lim = evidence_limits(docs)
     gpus = ", ".join(lim["gpus"])
     if lim["production_ran"]:

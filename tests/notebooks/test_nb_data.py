@@ -204,3 +204,14 @@ def test_gpu_short_names_the_files_gpu_and_the_h200_where_a_file_does_not_say():
     assert data.gpu_short({"gpu": "none: a CPU model on NVIDIA H200 data"}) == "H200"
     assert data.gpu_short({"gpu": "none: a CPU model on NVIDIA H100 80GB HBM3 data",
                            "data_gpu": "NVIDIA H100 80GB HBM3"}) == "H100 80GB HBM3"
+
+
+def test_the_production_finding_names_the_gpu_its_estimate_was_modelled_from(tmp_path):
+    from notebooks import findings
+    est = {"sm120_estimate_us": 180.0, "S": 185000, "T": 8, "H": 8, "tier": 8, "h200_us": 100.6}
+    (tmp_path / "bench-a.json").write_text(json.dumps(bench_doc("2026-12-06T00:00:00Z")))
+    doc = data.newest(tmp_path, "bench", allow_fixture=True)
+    with pytest.raises(ValueError, match="measured_on"):
+        findings.production([doc], est)          # no silent "H200" for an H100's model file
+    f = findings.production([doc], est, "H100 80GB HBM3")
+    assert "against 100.6 us measured on the H100 80GB HBM3" in f["text"]
