@@ -238,6 +238,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # one-request launch gives the CTA (blockIdx.x % row tiles), loaded again where the plan's item
     # differs (-DMLAV_Q_EARLY): Q's ~74 KB a CTA crossing L2 -> SM during the plan's barriers
     "q_early": (("MLAV_Q_EARLY",), (8, 6)),
+    # the same row tile's Q lines prefetched into L1 inside the plan instead, the loads after it as
+    # production's (-DMLAV_Q_PREFETCH)
+    "q_prefetch": (("MLAV_Q_PREFETCH",), (8, 6)),
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
     # fp8's tail row tile on splits as long as the full ones' (8 / 8), the production before 7 / 8: fp8's

@@ -316,9 +316,20 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     load_q(q_guess * BM, rows_g, (long long)q_guess * BM);
   };
 #endif
+#ifdef MLAV_Q_PREFETCH
+  // the same row tile's Q lines (the tile is one contiguous block of 64 rows) prefetched into L1 inside
+  // the plan, so that the loads after it hit there; qa's code and lifetime stay production's
+  auto q_early = [&]() {
+    if (TL || p.bs != 1) return;
+    const int rows_g = p.num_tokens * p.H, rt = blockIdx.x % ((rows_g + BM - 1) / BM);
+    const char* base = reinterpret_cast<const char*>(p.q + (long long)rt * BM * D);
+    const int lines = (min(BM, rows_g - rt * BM) * D * 2 + 127) / 128;
+    for (int i = threadIdx.x; i < lines; i += THREADS) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(base + 128 * i));
+  };
+#endif
   {
     Item item;
-#ifdef MLAV_Q_EARLY
+#if defined(MLAV_Q_EARLY) || defined(MLAV_Q_PREFETCH)
     if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8>(
             p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item, q_early)) return;
 #else
