@@ -363,3 +363,27 @@ def test_bf16_at_128_rows_misses_half_the_ceiling_with_its_copies_free():
             assert math + merge > half, T
         else:
             assert 4 * (half - math - merge) < full - math, T
+
+
+def test_q_early_shortened_the_math_alone_but_not_the_call():
+    # rowsd's Q fragments issued inside the plan (-DMLAV_Q_EARLY), three runs on one H100 (three, five
+    # and five rounds), bit-equal: with no KV load issued every shape is 0.9-1.7 us shorter (Q's ~74 KB a
+    # CTA cross L2 -> SM under the plan's barriers), but the full call is slower at three of the four
+    # shapes in every run, so the rung's kill line (0.5 us faster at T = 8 on both pools, slower
+    # nowhere) fired. Its L1-prefetch form (-DMLAV_Q_PREFETCH, third run) shortened nothing
+    slower = 0
+    for stamp in ("20261206T1911-q-early", "20261206T1916-q-early-run2", "20261206T1944-q-prefetch"):
+        for pool in ("", "fp8-"):
+            doc = json.loads((RUNGS / f"overlap-{pool}h100-{stamp}.json").read_text())
+            assert not doc["not_timed_differs"] and all(c["equal"] for c in doc["same_output"])
+            for T in (8, 16):
+                assert _time(doc, T, "q_early", "no_loads") < _time(doc, T, "production", "no_loads") - 0.8
+                slower += _full(doc, T, "q_early") > _full(doc, T, "production")
+    assert slower == 9
+    pf = [json.loads((RUNGS / f"overlap-{pool}h100-20261206T1944-q-prefetch.json").read_text()) for pool in ("", "fp8-")]
+    assert all(_time(d, T, "q_prefetch", "no_loads") > _time(d, T, "production", "no_loads") - 0.1 for d in pf for T in (8, 16))
+    assert max(_full(d, T, "q_prefetch") - _full(d, T, "production") for d in pf for T in (8, 16)) > 0.5
+    # the A/A run (production's machine code built twice, five rounds): medians within 0.1 us
+    aa = json.loads((RUNGS / "overlap-fp8-h100-20261206T1916-a-a.json").read_text())
+    for T in (8, 16):
+        assert abs(_full(aa, T, "q_early") - _full(aa, T, "production")) <= 0.1

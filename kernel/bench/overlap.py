@@ -234,13 +234,13 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # the prologue trace had tile 0's copies 2.9-3.6 us after the plan. Measured on an H100 (three
     # rounds, bit-equal, rungs/overlap*-h100-20261206T1651-ids-first*.json): ids first +0.7 / +1.4 us
     # at rows64d T = 16 / 8 on bf16, +0.7 / +0.9 on fp8, +0.2 at rows32d T = 4 on both; deleted)
-    # rowsd's Q fragments issued inside the plan, behind its indptr loads, for the row tile a
-    # one-request launch gives the CTA (blockIdx.x % row tiles), loaded again where the plan's item
-    # differs (-DMLAV_Q_EARLY): Q's ~74 KB a CTA crossing L2 -> SM during the plan's barriers
-    "q_early": (("MLAV_Q_EARLY",), (8, 6)),
-    # the same row tile's Q lines prefetched into L1 inside the plan instead, the loads after it as
-    # production's (-DMLAV_Q_PREFETCH)
-    "q_prefetch": (("MLAV_Q_PREFETCH",), (8, 6)),
+    # (q_early: rowsd's Q fragments issued inside the plan, behind its indptr loads, for the row tile a
+    # one-request launch gives the CTA, loaded again where the plan's item differs (-DMLAV_Q_EARLY,
+    # commit 01dc64d); q_prefetch: that row tile's Q lines prefetched into L1 there instead, qa's code
+    # production's (-DMLAV_Q_PREFETCH, 4ec8f94). Measured on an H100 (three runs, bit-equal,
+    # rungs/overlap*-h100-20261206T19{11,16,44}-q-*.json): q_early's math alone 0.9-1.7 us shorter at
+    # rows64d T = 8 and 16 on both pools, its full call slower at three of the four (+0.6 to +2.6 us);
+    # q_prefetch's math alone no shorter, its full call -0.4 to +0.8 us; both deleted)
     "tail_off": (("MLAV_TAIL=0",), (8,)),
     "tail_equal": (("MLAV_TAIL=1",), (8,)),
     # fp8's tail row tile on splits as long as the full ones' (8 / 8), the production before 7 / 8: fp8's

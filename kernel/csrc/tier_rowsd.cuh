@@ -277,65 +277,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // 98.2 against 98.5 us)
   constexpr int H0_LAG = KIND == PARTS ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
   extern __shared__ __align__(128) uint8_t smem[];
-#ifdef MLAV_Q_EARLY
-  // Q's fragments issued inside the plan, behind its indptr loads (plan_item's hook), for the row
-  // tile a one-request launch's plan gives this CTA where no row tile is a tail (blockIdx.x % row
-  // tiles: items split-major); checked against the plan's item below and loaded again where it
-  // differs. Q's ~74 KB a CTA then cross L2 -> SM during the plan's barriers, not after them
-  uint32_t qa[QK_STEPS][2][4];
-  int q_guess = -1;                                       // the row tile qa holds, -1: none
-  auto load_q = [&](int row_base_, int rows_, long long grow0_) {
-    const int lane_ = threadIdx.x & 31, warp_ = threadIdx.x >> 5;
-    const int g_ = lane_ >> 2, qd_ = lane_ & 3, r_ = warp_ >> 2, d_ = warp_ & 3;
-#pragma unroll
-    for (int kk = 0; kk < QK_STEPS; ++kk) {
-      const int k = 64 * kk + 16 * d_;
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = r_ * 32 + m * 16 + g_ + 8 * h;
-          const bool ok = row_base_ + row < rows_;
-          if constexpr (FP8) {
-            const uint2 v = ok ? __ldg(reinterpret_cast<const uint2*>(p.q + (grow0_ + row) * D + 16 * (9 * d_ + kk) + 4 * qd_))
-                               : make_uint2(0u, 0u);
-            qa[kk][m][h] = v.x;
-            qa[kk][m][2 + h] = v.y;
-          } else {
-            const uint32_t* src = reinterpret_cast<const uint32_t*>(p.q + (grow0_ + (ok ? row : 0)) * D + k + 2 * qd_);
-            qa[kk][m][h] = ok ? __ldg(src) : 0u;
-            qa[kk][m][2 + h] = ok ? __ldg(src + 4) : 0u;
-          }
-        }
-    }
-  };
-  auto q_early = [&]() {
-    if (TL || p.bs != 1) return;
-    const int rows_g = p.num_tokens * p.H;
-    q_guess = blockIdx.x % ((rows_g + BM - 1) / BM);
-    load_q(q_guess * BM, rows_g, (long long)q_guess * BM);
-  };
-#endif
-#ifdef MLAV_Q_PREFETCH
-  // the same row tile's Q lines (the tile is one contiguous block of 64 rows) prefetched into L1 inside
-  // the plan, so that the loads after it hit there; qa's code and lifetime stay production's
-  auto q_early = [&]() {
-    if (TL || p.bs != 1) return;
-    const int rows_g = p.num_tokens * p.H, rt = blockIdx.x % ((rows_g + BM - 1) / BM);
-    const char* base = reinterpret_cast<const char*>(p.q + (long long)rt * BM * D);
-    const int lines = (min(BM, rows_g - rt * BM) * D * 2 + 127) / 128;
-    for (int i = threadIdx.x; i < lines; i += THREADS) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(base + 128 * i));
-  };
-#endif
   {
     Item item;
-#if defined(MLAV_Q_EARLY) || defined(MLAV_Q_PREFETCH)
-    if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8>(
-            p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item, q_early)) return;
-#else
     if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8>(
             p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
-#endif
     // the item's fields are read from shared memory where used, not held in registers through
     // the loop (at 255 registers every live value counts)
     if (threadIdx.x == 0) *reinterpret_cast<Item*>(smem + Lo::OFF_ITEM) = item;
@@ -514,9 +459,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // it now overlaps it, which fp8's q scale waits on at the prologue's end and every tier's first
   // QK: -1 to -3 us a call on both pools, bit-equal
   // (rungs/overlap*-h200-20261204T033[56]-q-first.json)
-#ifdef MLAV_Q_EARLY
-  if (!(q_guess == it.rt && it.b == 0 && it.qo0 == 0 && rows == p.num_tokens * H)) load_q(row_base, rows, grow0);
-#else
   uint32_t qa[QK_STEPS][2][4];
 #pragma unroll
   for (int kk = 0; kk < QK_STEPS; ++kk) {
@@ -539,7 +481,6 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         }
       }
   }
-#endif
   // prologue: tiles 0 .. AHEAD - 1 before anything but Q's loads; the index window for the next IDX_AHEAD.
   // Every tile's slot ids are loaded before any copy: a tile's copies wait on its id load, and with
   // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue 7.84 ->

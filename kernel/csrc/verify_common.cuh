@@ -2,7 +2,6 @@
 // instruction wrappers (cp.async, ldmatrix, named barriers), and the on-device schedule
 // (which request, row tile and KV split a CTA serves), templated on the rows per tile.
 #pragma once
-#include <type_traits>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -287,12 +286,8 @@ struct Item {
 // before (the tail's parts stand in `if constexpr` blocks beside the statements they replace, so
 // that the other tiers compile to the same machine code; a `constexpr bool` local naming TAIL_E < 8,
 // though unused by them, changed sm_80-90's code of every tier, so there is none).
-// plan_item's hook between its first loads' issue and their use (rowsd's early Q, MLAV_Q_EARLY): none
-struct NoEarly {
-  __device__ __forceinline__ void operator()() const {}
-};
-template <int BMR, int THREADS = NTHREADS, int TAIL_E = 8, class Early = NoEarly>
-__device__ bool plan_item(const Params& p, int* smem_i, Item& it, Early early = {}) {
+template <int BMR, int THREADS = NTHREADS, int TAIL_E = 8>
+__device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   static_assert(TAIL_E >= 1 && TAIL_E <= 8, "plan_item: TAIL_E is a tail split's cost in eighths");
   constexpr int W = THREADS / 32;
   static_assert(W <= 8, "plan_item's scratch holds 8 warps");
@@ -322,16 +317,8 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it, Early early = 
   // pass 1: total work and row tiles, one barrier
   long long work = 0;
   int nrt_sum = 0;
-  // with a hook: this thread's first request's indptr loads issued, then the hook's (their round trips
-  // overlap), then the pass; the three passes reuse that request's values, which the hook's loads may
-  // have pushed out of L1. Without, the passes load as before (their machine code kept)
-  Req r_first{};
-  if constexpr (!std::is_same<Early, NoEarly>::value) {
-    if (b0 < b1) r_first = load_req(b0);
-    early();
-  }
   for (int b = b0; b < b1; ++b) {
-    const Req r = !std::is_same<Early, NoEarly>::value && b == b0 ? r_first : load_req(b);
+    const Req r = load_req(b);
     const int nrt = row_tiles(r);
     if constexpr (TAIL_E < 8)   // in eighths of a full row tile's work
       work += (long long)(8 * nrt - (8 - TAIL_E) * tail_of(r, nrt)) * (r.S + r.T);
@@ -388,7 +375,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it, Early early = 
   // pass 2: items and partial slots per request, one packed exclusive scan, one barrier
   long long packed = 0;   // items << 32 | parts, each below 2^31; two: chunk_fit's, then chunk_safe's, 16 bits each
   for (int b = b0; b < b1; ++b) {
-    const Req r = !std::is_same<Early, NoEarly>::value && b == b0 ? r_first : load_req(b);
+    const Req r = load_req(b);
     const int nrt = row_tiles(r), ns = splits(r, nrt);
     const int n_items = TAIL_E < 8 ? items_t(r, nrt, ns) : nrt * ns;
     if (two) {   // items < target + U < 2 target: no field carries into the next
@@ -426,7 +413,7 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it, Early early = 
   // pass 3: the thread whose requests hold this CTA's item publishes it
   const int me = blockIdx.x;
   for (int b = b0; b < b1; ++b) {
-    const Req r = !std::is_same<Early, NoEarly>::value && b == b0 ? r_first : load_req(b);
+    const Req r = load_req(b);
     const int L = r.S + r.T, nrt = row_tiles(r), ns = splits(r, nrt);
     const int chunk_b = ns ? (int)(((unsigned)L + ns - 1) / ns + BN - 1) / BN * BN : 0;
     const int ns_t = TAIL_E < 8 ? splits_t(r, nrt) : 0;
