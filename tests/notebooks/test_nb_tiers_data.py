@@ -116,11 +116,25 @@ def test_recorded_fixed_cost_and_phases():
     t1 = data.select(ff, pool=data.BF16_KV, T=1)
     assert [round(v, 1) for v in t1["intercept_us"]] == [12.2, 8.4]
     assert list(t1["part"]) == ["whole call", "without the merge"]
-    tf = data.trace_frame(data.newest(DATA, "trace"))
+    tf = data.trace_frame(data.load_file(DATA / "trace-h200-20261205T0239.json"))
     r = data.select(tf, pool=data.BF16_KV, T=1, S=185000).iloc[0]
     assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (1.6, 3.5)
     assert round(r["second_cta_us"], 1) == 0.9 and r["launch_spread_us"] < 0.5
     assert r["tile"] == "small (8-row tiles)"
+
+
+def test_phase_2s_trace_is_the_shipped_machine_code_on_an_h100():
+    """The newest trace (phase 2's table): production's machine code on one H100 (source 45872bf3 is
+    5e66d98f with opt-in code beside it, the same machine code without its macro: the file's note). At
+    T = 1 the last store lands 3.8 us after the median one, the merge ends 2.8 us after it; at the
+    centre (rows64d, T = 8) the prologue is 3.7 us on bf16 and 5.3 on fp8."""
+    doc = data.newest(DATA, "trace")
+    assert doc["_path"].endswith("trace-h100-20261206T1911.json") and "5e66d98f" in doc["note"]
+    tf = data.trace_frame(doc)
+    r = data.select(tf, pool=data.BF16_KV, T=1, S=185000).iloc[0]
+    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (3.8, 2.8)
+    pro = {row["kv_dtype"]: row["prologue_us"] for row in doc["rows"] if (row["S"], row["T"]) == (185000, 8)}
+    assert (round(pro["bfloat16"], 1), round(pro["fp8_e4m3"], 1)) == (3.7, 5.3)
 
 
 def test_the_rows64d_tiles_own_math_apart_from_what_a_call_costs_once():
