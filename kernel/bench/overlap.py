@@ -33,6 +33,7 @@ import sys
 import torch
 
 from .. import build, checks
+from ..inputs import make_case
 from ..ops import TIERS, get_workspace, launch
 from .env import add_commit_arg, no_gpu, record
 from .micro import MODE_NO_LOADS, MODE_NO_MATH, MODE_NO_MERGE, MODE_NOISE_RING, rounds_of, shape_case, sm_clock_mhz
@@ -284,6 +285,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # production against it (...T1839-pdl-confirm.json): the merged call 0.5-1.5 us faster at T = 1-32
     # on both pools, except rows64d at the centre, a tie
     "pdl_at_exit": (("MLAV_NO_PDL_TRIGGER",), (8, 6, 4, 1)),
+    # rowsd's fp8 q scale without the CTA max where every |q| < 2^14 (qe = 0): each warp converts its
+    # fragments as they land, the CTA agrees by the barrier's OR (-DMLAV_Q_FAST; else Q loaded again
+    # and scaled as production). The trace had 1.0-1.2 us between warp 0's Q landing and tile 0 on
+    # fp8 against 0.1-0.2 on bf16 (rungs/trace-h100-20261206T1911-tiles.json)
+    "q_fast": (("MLAV_Q_FAST",), (8, 6)),
 }
 # Measured and deleted (2026-12-06, twenty-fourth session; commits cec8c04 and 031d8e7, one H100, three
 # rounds, rungs/overlap*-h100-20261206T{0957,1003,1004}-*.json): rows64d with a fourth warpgroup that
@@ -309,6 +315,7 @@ SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
           FP8_KV: ((1, (1,)), (8, (8, 6, 4)), (16, (8, 4)), (32, (8, 4)))}
 ROW_BYTES = {"auto": checks.ROW_BYTES, FP8_KV: checks.FP8_ROW_BYTES}   # a pool row
 S, H = 185000, 8
+LOUD_Q = 2.0 ** 14   # q's factor (sm_scale's divisor) in the same-output cases whose |q| pass fp8's 2^14
 
 
 def same_enough(build_name: str, row: dict) -> bool:
@@ -360,13 +367,21 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
     # REL_TOL), on the loaders' edge cases and at every timed shape is not timed (same_output.py)
     vtiers = {b: (libs[b], [t for t in VARIANTS[b][1] if t in timed]) for b in libs if b != "production"}
 
+    def loud_cases():   # fp8's q scale 2^-qe != 1 (|q| >= 2^14): the logits as the edge case's
+        for prefix, draft in ((3000,), (8,)), ((0, 1, 15, 16), (1, 8, 3, 8)):
+            c = make_case(list(prefix), list(draft), 8, tree="random", layout="scattered", seed=790, device="cuda",
+                          kv_dtype=kv)
+            c.q.mul_(LOUD_Q)
+            c.sm_scale /= LOUD_Q
+            yield f"{list(prefix)}/{list(draft)}/q x {LOUD_Q:g}", c
+
     def shape_cases():   # one 185k case at a time: each pool holds 213 MB of KV
         for T, _ in shapes:
             yield f"S={S} T={T} H={H}", shape_case(S, T, H, kv)[0]
 
     same = []
     if vtiers:
-        cases = itertools.chain(edge_cases("fp8" if kv == FP8_KV else "bf16", "cuda"), shape_cases())
+        cases = itertools.chain(edge_cases("fp8" if kv == FP8_KV else "bf16", "cuda"), loud_cases(), shape_cases())
         same = compare(libs["production"], vtiers, cases, ws)
     differs = set()
     for b in vtiers:

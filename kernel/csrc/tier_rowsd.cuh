@@ -507,6 +507,33 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) f(qa[kk][m][i]);
     };
+#ifdef MLAV_Q_FAST
+    // A CTA whose |q| all lie below 2^14 has qe = 0 (q_f16_exponent), the usual case: each warp
+    // converts its own fragments once they land and the CTA agrees on that in the barrier's own
+    // OR, so no warp waits for the slowest one's Q before converting; else Q is loaded again and
+    // scaled as below. The bf16x2 max ignores NaN as fmaxf does, so both forms choose the same qe
+    // (and the same f16 values: q x 1 is q)
+    __nv_bfloat162 m2 = __float2bfloat162_rn(0.f);
+    each_q([&](uint32_t x) { m2 = __hmax2(m2, __habs2(*reinterpret_cast<__nv_bfloat162*>(&x))); });
+    const bool q_big = __low2float(m2) >= 16384.f || __high2float(m2) >= 16384.f;
+    each_q([&](uint32_t& x) { const float2 f = unpack_bf16(x); x = f16x2_of(f.x, f.y); });
+    if (__syncthreads_or(q_big)) {   // Q again, as loaded above
+#pragma unroll
+      for (int kk = 0; kk < QK_STEPS; ++kk)
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = r * 32 + m * 16 + g + 8 * h;
+            const uint2 v = row_base + row < rows
+                                ? __ldg(reinterpret_cast<const uint2*>(p.q + (grow0 + row) * D + 16 * (9 * d + kk) + 4 * qd))
+                                : make_uint2(0u, 0u);
+            qa[kk][m][h] = v.x;
+            qa[kk][m][2 + h] = v.y;
+          }
+#else
+    {
+#endif
     float mq = 0.f;
     each_q([&](uint32_t x) { mq = absmax_bf16x2(mq, x); });
     mq = warp_max(mq);
@@ -519,6 +546,11 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const float sc = ldexpf(1.f, -qe);
     each_q([&](uint32_t& x) { x = bf16x2_to_f16x2(x, sc); });
     if (tid == 0) *pscale_s = p.kscale_log2 * ldexpf(1.f, qe + KV16_SHIFT);   // read after the loop's barrier
+#ifdef MLAV_Q_FAST
+    } else if (tid == 0) {
+      *pscale_s = p.kscale_log2 * ldexpf(1.f, KV16_SHIFT);
+#endif
+    }
   }
   // fp8: the first KV position of tile j (prefix tiles, then draft tiles)
   auto tile_pos = [&](int j) { return FP8 && j >= n_main() ? ts() + (j - n_main()) * BN : it.p0 + j * BN; };
