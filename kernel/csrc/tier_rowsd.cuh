@@ -507,7 +507,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) f(qa[kk][m][i]);
     };
-#ifdef MLAV_Q_FAST
+#ifndef MLAV_Q_CTA_MAX
     // A CTA whose |q| all lie below 2^14 has qe = 0 (q_f16_exponent), the usual case: each warp
     // converts its own fragments once they land and the CTA agrees on that in the barrier's own
     // OR, so no warp waits for the slowest one's Q before converting; else Q is loaded again and
@@ -546,7 +546,7 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
     const float sc = ldexpf(1.f, -qe);
     each_q([&](uint32_t& x) { x = bf16x2_to_f16x2(x, sc); });
     if (tid == 0) *pscale_s = p.kscale_log2 * ldexpf(1.f, qe + KV16_SHIFT);   // read after the loop's barrier
-#ifdef MLAV_Q_FAST
+#ifndef MLAV_Q_CTA_MAX
     } else if (tid == 0) {
       *pscale_s = p.kscale_log2 * ldexpf(1.f, KV16_SHIFT);
 #endif
