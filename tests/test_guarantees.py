@@ -14,7 +14,7 @@ import pytest
 from kernel import guarantees as g
 
 DATA = Path(__file__).resolve().parents[1] / "reports" / "data"
-VALIDATION = DATA / "validation-h200-20261205T0239.json"
+VALIDATION = DATA / "validation-h200-20261205T0239.json.gz"
 BACKEND = DATA / "sglang-backend-h200-20261205T0239.json"
 MEMCHECK = DATA / "rungs" / "sanitize-tiers-memcheck-h100-20261205T1839-pdl-trigger.json"
 

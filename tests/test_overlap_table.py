@@ -50,7 +50,8 @@ def test_every_variant_sets_a_macro_the_kernel_reads_at_tiers_the_tool_times():
     timed = {t for shapes in overlap.SHAPES.values() for _, ts in shapes for t in ts}
     for name, (defines, tiers) in overlap.VARIANTS.items():
         for d in defines:
-            assert f"#ifdef {d.split('=')[0]}" in src, (name, d)
+            macro = d.split("=")[0]
+            assert f"#ifdef {macro}" in src or f"#ifndef {macro}" in src, (name, d)
         assert tiers and set(tiers) <= timed, (name, tiers)
 
 
@@ -387,3 +388,29 @@ def test_q_early_shortened_the_math_alone_but_not_the_call():
     aa = json.loads((RUNGS / "overlap-fp8-h100-20261206T1916-a-a.json").read_text())
     for T in (8, 16):
         assert abs(_full(aa, T, "q_early") - _full(aa, T, "production")) <= 0.1
+
+
+def _at(doc, T, tier, build, mode):
+    return next(r["time_us"] for r in doc["rows"]
+                if (r["T"], r["tier"], r["build"], r["mode"], r["placement"]) == (T, tier, build, mode, "dram"))
+
+
+def test_q_fast_shortened_every_fp8_rowsd_call():
+    # fp8's q scale without the CTA max where every |q| < 2^14 (-DMLAV_Q_FAST, production since, the form
+    # before now overlap's q_cta_max): three runs on one H200, bit-equal, also with q x 2^14 (Q loaded again
+    # and scaled the old way). Every rows64d / rows32d full call shorter in every run, by at least 0.5 us;
+    # its math alone slower everywhere, so the gain is not the prologue's alone (it grows with T)
+    runs = [json.loads((RUNGS / f"overlap-fp8-h200-{s}-q-fast-run{i}.json").read_text())
+            for i, s in ((1, "20261206T2041"), (2, "20261206T2041"), (3, "20261206T2047"))]
+    shapes = 0
+    for doc in runs:
+        assert doc["gpu"].startswith("NVIDIA H200") and not doc["not_timed_differs"]
+        assert all(c["equal"] for c in doc["same_output"])
+        assert any("q x 16384" in c["case"] for c in doc["same_output"])
+        for T, tier in {(r["T"], r["tier"]) for r in doc["rows"]}:
+            assert _at(doc, T, tier, "q_fast", "full") < _at(doc, T, tier, "production", "full") - 0.5
+            assert _at(doc, T, tier, "q_fast", "no_loads") > _at(doc, T, tier, "production", "no_loads")
+            shapes += 1
+    assert shapes == 4 + 2 + 6
+    gain = {T: _at(runs[2], T, 8, "production", "full") - _at(runs[2], T, 8, "q_fast", "full") for T in (8, 16, 32)}
+    assert gain[8] < gain[16] < gain[32]

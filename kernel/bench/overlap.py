@@ -285,11 +285,15 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # production against it (...T1839-pdl-confirm.json): the merged call 0.5-1.5 us faster at T = 1-32
     # on both pools, except rows64d at the centre, a tie
     "pdl_at_exit": (("MLAV_NO_PDL_TRIGGER",), (8, 6, 4, 1)),
-    # rowsd's fp8 q scale without the CTA max where every |q| < 2^14 (qe = 0): each warp converts its
-    # fragments as they land, the CTA agrees by the barrier's OR (-DMLAV_Q_FAST; else Q loaded again
-    # and scaled as production). The trace had 1.0-1.2 us between warp 0's Q landing and tile 0 on
-    # fp8 against 0.1-0.2 on bf16 (rungs/trace-h100-20261206T1911-tiles.json)
-    "q_fast": (("MLAV_Q_FAST",), (8, 6)),
+    # rowsd's fp8 q scale from the CTA's max |q| (a warp max, a CTA barrier, the conversion after it), the
+    # production before q_fast: where every |q| < 2^14 (qe = 0) each warp now converts its fragments as
+    # they land and the CTA agrees by the barrier's OR; else Q is loaded again and scaled this way. Measured
+    # as the variant q_fast (-DMLAV_Q_FAST, commit 5d32435) against it on an H200 (three runs, five, three
+    # and five rounds, bit-equal also at q x 2^14, rungs/overlap-fp8-h200-20261206T204[17]-q-fast-run*.json):
+    # every fp8 rowsd shape's full call shorter in every run, rows64d -0.6 to -1.2 us at T = 8, -1.0 to
+    # -1.5 at T = 16, -4.7 at T = 32; rows32d -2.7 to -10.8 us; its math alone +0.5 to +5.2 us (the loops'
+    # code moved: half 0's 1,280 -> 1,278 sm_90 instructions, half 1's 1,359 -> 1,356)
+    "q_cta_max": (("MLAV_Q_CTA_MAX",), (8, 6)),
 }
 # Measured and deleted (2026-12-06, twenty-fourth session; commits cec8c04 and 031d8e7, one H100, three
 # rounds, rungs/overlap*-h100-20261206T{0957,1003,1004}-*.json): rows64d with a fourth warpgroup that

@@ -49,26 +49,26 @@ def test_tier_rows_match_the_kernel_and_the_recorded_files():
 
 
 def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
-    """The newest bench (bench-h100-20261206T1424.json, commit 2c7b69d, kernel source
-    5e66d98f678f759f with the plan's wave fit, an H100: no H200 was lent for the final code): T = 1
-    ran at 8-row tiles, 82.1 us against 155.6 us with rows64 forced (the H200's
-    bench-h200-20261206T0303.json: 61.4 against 157.2; T = 1 streams the KV, and the H100 reads it at
-    3,129 GB/s against the H200's 4,256); T = 4 ran rows32d; the centre ran rows64d, 100.6 us (median
-    of the sweeps that repeat it, bf16 rows only; 101.3 on the H200) against 167.5 us with rows64 forced."""
+    """The newest bench (bench-h200-20261206T2051.json, commit 05ed18a, kernel source c3de57bc684df754:
+    fp8's q scale without the CTA max, an H200): T = 1 ran at 8-row tiles, 61.5 us against 154.8 us with
+    rows64 forced (the H100's bench-h100-20261206T1424.json: 82.1 against 155.6; T = 1 streams the KV, and
+    the H100 reads it at 3,129 GB/s against the H200's 4,313); T = 4 ran rows32d; the centre ran rows64d,
+    100.0 us (median of the sweeps that repeat it, bf16 rows only; 100.6 on the H100) against 167.4 us
+    with rows64 forced."""
     bench = data.newest(DATA, "bench")
     tab = data.tier_frame(data.bench_frame(bench, variants=True))
     t1 = data.select(tab, T=1, H=8, S=185000)
     assert len(t1) == 1
     r = t1.iloc[0]
     assert (r["tier"], r["tile"]) == (1, "small (8-row tiles)")
-    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "82.1 vs 155.6"
+    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "61.5 vs 154.8"
     assert data.centre_tier(tab) == 8
     t4 = data.select(tab, T=4, H=8, S=185000).iloc[0]
     assert (t4["tier"], t4["tile"]) == (6, "rows32d (32-row tiles)")
     c = data.select(tab, T=8, H=8, S=185000, batch=1, layout="scattered", page_size=1).iloc[0]
-    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "100.6 vs 167.5"
+    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "100.0 vs 167.4"
     flash_t1 = data.select(data.bench_frame(bench), impl=data.OURS, T=1)
-    assert [round(t, 1) for t in flash_t1["time_us"]] == [82.1]
+    assert [round(t, 1) for t in flash_t1["time_us"]] == [61.5]
 
 
 def test_recorded_backend_and_estimate_headlines():
