@@ -42,6 +42,7 @@ from .sanitize_tiers import cases as edge_cases
 from .sm120_estimate import TAIL_E, tail_e_of, tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
+from .validate import LOUD_Q
 
 MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_math": MODE_NO_MATH | MODE_NO_MERGE}
 # --merge: also the call as a server makes it, the verify kernel and its merge (the merge's cost is
@@ -319,7 +320,6 @@ SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
           FP8_KV: ((1, (1,)), (8, (8, 6, 4)), (16, (8, 4)), (32, (8, 4)))}
 ROW_BYTES = {"auto": checks.ROW_BYTES, FP8_KV: checks.FP8_ROW_BYTES}   # a pool row
 S, H = 185000, 8
-LOUD_Q = 2.0 ** 14   # q's factor (sm_scale's divisor) in the same-output cases whose |q| pass fp8's 2^14
 
 
 def same_enough(build_name: str, row: dict) -> bool:

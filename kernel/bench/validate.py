@@ -21,6 +21,9 @@ FP8_KV = "fp8_e4m3"
 # seen in all); far from the bf16 cases' 0..n, the graph check's 5000+ and the extremes' 9xx
 FP8_SEED0 = 100_000
 FP8_SGLANG_CASES = 40
+# q's factor (and sm_scale's divisor: the same logits) in the case whose |q| pass 2^14, where the
+# fp8 kernels' f16 q takes a scale 2^-qe (e4m3.cuh's q_f16_exponent); randn q stay far below it
+LOUD_Q = 2.0 ** 14
 # k_scale per fp8 case, cycled: None = make_case's default, max |row| / 448 (the whole e4m3
 # range, as a calibrated checkpoint scale gives); 1.0 = SGLang's scale when the checkpoint has
 # none (randn rows in e4m3's low range, the smallest ones subnormal or zero); 1/16 (mid range)
@@ -138,7 +141,8 @@ def extreme_cases():
 
 def fp8_extreme_cases():
     """The edges of the fp8 path, one case each: the deployment's 185k prefix, page 64 at 64k,
-    128 heads, a batch of 256, a 1024-token tree; default and separate k/v scales."""
+    128 heads, a batch of 256, a 1024-token tree; default and separate k/v scales; q past 2^14 (the
+    kernels' f16 q then takes a scale 2^-qe: rowsd loads Q again for it), its logits the usual ones."""
     g = torch.Generator().manual_seed(17)
     big_bs = [int(x) for x in torch.randint(0, 200, (256,), generator=g)]
     fp8 = dict(device="cuda", kv_dtype=FP8_KV)
@@ -154,6 +158,10 @@ def fp8_extreme_cases():
     yield split(make_case(big_bs, [int(x) for x in torch.randint(1, 9, (256,), generator=g)], 8, tree="random",
                           layout="scattered", seed=955, **fp8), 0.5)
     yield make_case([3000], [1024], 8, tree="ddtree", layout="scattered", seed=956, k_scale=0.0625, **fp8)
+    loud = make_case([3000, 40], [8, 17], 8, tree="random", layout="scattered", seed=957, **fp8)
+    loud.q.mul_(LOUD_Q)
+    loud.sm_scale /= LOUD_Q
+    yield loud
 
 
 def summarise(cases: list[dict], tiers: dict, tol: float) -> dict:
@@ -218,7 +226,7 @@ def validate_fp8(n_random: int, tol: float, sgl, n_sglang: int = FP8_SGLANG_CASE
                 f"{time.time() - t0:.0f}s")
     for j, case in enumerate(fp8_extreme_cases()):
         r = check_case(case, tol, other_tiers=FP8_TIERS)
-        r.update(id=n_random + j, extreme=True, nan_byte=FP8_NAN_BYTES[0])
+        r.update(id=n_random + j, extreme=True, nan_byte=FP8_NAN_BYTES[0], q_abs_max=float(case.q.abs().max()))
         cases.append(r)
         log(f"validate fp8 extreme {j}: rel_err {r['rel_err']:.2e} nan {r['nan']}")
     return {"kv_dtype": FP8_KV, **summarise(cases, {t: TIERS[t] for t in FP8_TIERS}, tol), "cases": cases,
