@@ -61,9 +61,10 @@ def test_an_unknown_variant_is_named_before_any_gpu(capsys):
     assert "--variants: ['nope']" in err and "copy_in_qk" in err
 
 
-def _time(doc, T, build, mode):
+def _time(doc, T, build, mode, tier=None):
     return next(r["time_us"] for r in doc["rows"]
-                if (r["T"], r["build"], r["mode"], r["placement"]) == (T, build, mode, "dram"))
+                if (r["T"], r["build"], r["mode"], r["placement"]) == (T, build, mode, "dram")
+                and tier in (None, r["tier"]))
 
 
 def _full(doc, T, build):
@@ -390,11 +391,6 @@ def test_q_early_shortened_the_math_alone_but_not_the_call():
         assert abs(_full(aa, T, "q_early") - _full(aa, T, "production")) <= 0.1
 
 
-def _at(doc, T, tier, build, mode):
-    return next(r["time_us"] for r in doc["rows"]
-                if (r["T"], r["tier"], r["build"], r["mode"], r["placement"]) == (T, tier, build, mode, "dram"))
-
-
 def test_q_fast_shortened_every_fp8_rowsd_call():
     # fp8's q scale without the CTA max where every |q| < 2^14 (-DMLAV_Q_FAST, production since, the form
     # before now overlap's q_cta_max): three runs on one H200, bit-equal, also with q x 2^14 (Q loaded again
@@ -408,9 +404,9 @@ def test_q_fast_shortened_every_fp8_rowsd_call():
         assert all(c["equal"] for c in doc["same_output"])
         assert any("q x 16384" in c["case"] for c in doc["same_output"])
         for T, tier in {(r["T"], r["tier"]) for r in doc["rows"]}:
-            assert _at(doc, T, tier, "q_fast", "full") < _at(doc, T, tier, "production", "full") - 0.5
-            assert _at(doc, T, tier, "q_fast", "no_loads") > _at(doc, T, tier, "production", "no_loads")
+            assert _time(doc, T, "q_fast", "full", tier) < _time(doc, T, "production", "full", tier) - 0.5
+            assert _time(doc, T, "q_fast", "no_loads", tier) > _time(doc, T, "production", "no_loads", tier)
             shapes += 1
     assert shapes == 4 + 2 + 6
-    gain = {T: _at(runs[2], T, 8, "production", "full") - _at(runs[2], T, 8, "q_fast", "full") for T in (8, 16, 32)}
+    gain = {T: _time(runs[2], T, "production", "full", 8) - _time(runs[2], T, "q_fast", "full", 8) for T in (8, 16, 32)}
     assert gain[8] < gain[16] < gain[32]

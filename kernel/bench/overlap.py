@@ -42,7 +42,7 @@ from .sanitize_tiers import cases as edge_cases
 from .sm120_estimate import TAIL_E, tail_e_of, tiles_per_cta
 from .sweeps import FP8_KV, KV_DTYPE_NAMES
 from .timing import log, time_calls
-from .validate import LOUD_Q
+from .validate import LOUD_Q, loud_q
 
 MODES = {"full": MODE_NO_MERGE, "no_loads": MODE_NO_LOADS | MODE_NO_MERGE, "no_math": MODE_NO_MATH | MODE_NO_MERGE}
 # --merge: also the call as a server makes it, the verify kernel and its merge (the merge's cost is
@@ -373,11 +373,8 @@ def run(kv: str = "auto", tiers=None, placements=("dram", "l2"), variants=None, 
 
     def loud_cases():   # fp8's q scale 2^-qe != 1 (|q| >= 2^14): the logits as the edge case's
         for prefix, draft in ((3000,), (8,)), ((0, 1, 15, 16), (1, 8, 3, 8)):
-            c = make_case(list(prefix), list(draft), 8, tree="random", layout="scattered", seed=790, device="cuda",
-                          kv_dtype=kv)
-            c.q.mul_(LOUD_Q)
-            c.sm_scale /= LOUD_Q
-            yield f"{list(prefix)}/{list(draft)}/q x {LOUD_Q:g}", c
+            yield f"{list(prefix)}/{list(draft)}/q x {LOUD_Q:g}", loud_q(make_case(
+                list(prefix), list(draft), 8, tree="random", layout="scattered", seed=790, device="cuda", kv_dtype=kv))
 
     def shape_cases():   # one 185k case at a time: each pool holds 213 MB of KV
         for T, _ in shapes:

@@ -24,6 +24,13 @@ FP8_SGLANG_CASES = 40
 # q's factor (and sm_scale's divisor: the same logits) in the case whose |q| pass 2^14, where the
 # fp8 kernels' f16 q takes a scale 2^-qe (e4m3.cuh's q_f16_exponent); randn q stay far below it
 LOUD_Q = 2.0 ** 14
+
+
+def loud_q(case):
+    """`case` with q times LOUD_Q and sm_scale over it (in place; the same logits), returned."""
+    case.q.mul_(LOUD_Q)
+    case.sm_scale /= LOUD_Q
+    return case
 # k_scale per fp8 case, cycled: None = make_case's default, max |row| / 448 (the whole e4m3
 # range, as a calibrated checkpoint scale gives); 1.0 = SGLang's scale when the checkpoint has
 # none (randn rows in e4m3's low range, the smallest ones subnormal or zero); 1/16 (mid range)
@@ -158,10 +165,7 @@ def fp8_extreme_cases():
     yield split(make_case(big_bs, [int(x) for x in torch.randint(1, 9, (256,), generator=g)], 8, tree="random",
                           layout="scattered", seed=955, **fp8), 0.5)
     yield make_case([3000], [1024], 8, tree="ddtree", layout="scattered", seed=956, k_scale=0.0625, **fp8)
-    loud = make_case([3000, 40], [8, 17], 8, tree="random", layout="scattered", seed=957, **fp8)
-    loud.q.mul_(LOUD_Q)
-    loud.sm_scale /= LOUD_Q
-    yield loud
+    yield loud_q(make_case([3000, 40], [8, 17], 8, tree="random", layout="scattered", seed=957, **fp8))
 
 
 def summarise(cases: list[dict], tiers: dict, tol: float) -> dict:
