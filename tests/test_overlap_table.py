@@ -410,3 +410,41 @@ def test_q_fast_shortened_every_fp8_rowsd_call():
     assert shapes == 4 + 2 + 6
     gain = {T: _time(runs[2], T, "production", "full", 8) - _time(runs[2], T, "q_fast", "full", 8) for T in (8, 16, 32)}
     assert gain[8] < gain[16] < gain[32]
+
+
+def _log_times(name):
+    """{(T, tier, build, mode): us} from an overlap run's log lines (the runs whose JSON a later run of
+    the same minute overwrote kept only their logs)."""
+    out = {}
+    for ln in (RUNGS / name).read_text().splitlines():
+        w = ln.split()
+        if len(w) > 9 and w[1] == "overlap" and w[3].startswith("T="):
+            out[(int(w[3][2:]), int(w[5]), w[6], w[8])] = float(w[9])
+    return out
+
+
+def test_plan_fast_shortened_the_plan_but_not_the_call_and_the_merge_gained_nothing_real():
+    # plan_fast (mask offset prefetched, 32-bit chunk divisions, no barrier after passes 1 and 2 with one
+    # warp's requests) and merge_unr5 (5 splits in flight a merge thread), one H200, five rounds, a patch
+    # applied on the device only: the trace put the plan 0.19-0.31 us shorter, yet every fp8 rows64d full
+    # call was slower, so the kill fired; the merge's one round at T = 16 took at most 0.9 us off the merged
+    # call and cost fp8 T = 32 a microsecond
+    fp8 = _log_times("overlap-fp8-h200-20261206T2306-plan-fast-merge-unr5.log")
+    bf16 = _log_times("overlap-h200-20261206T2306-plan-fast-merge-unr5.log")
+    assert all(fp8[(T, 8, "plan_fast", "full")] > fp8[(T, 8, "production", "full")] + 0.5 for T in (8, 16, 32))
+    plans = {}
+    for name in ("trace-h200-20261206T2307-plan-points.log", "trace-h200-20261206T2307-plan-points-plan-fast.log"):
+        plans[name] = [float(ln.split("plan_us ")[1].split(",")[0]) for ln in (RUNGS / name).read_text().splitlines()
+                       if " trace " in ln and "plan_us" in ln]
+    prod, fast = plans.values()
+    assert len(prod) == len(fast) == 4 and all(0.15 < p - f < 0.35 for p, f in zip(prod, fast))
+    for doc, T, most in ((fp8, 16, 0.3), (bf16, 16, 1.0)):
+        gain = doc[(T, 8, "production", "merged")] - doc[(T, 8, "merge_unr5", "merged")]
+        assert 0 < gain < most
+    assert fp8[(32, 8, "merge_unr5", "merged")] > fp8[(32, 8, "production", "merged")] + 0.5
+    # the one-round merge's premise: T = 16's two rounds of partials (2 x 66 splits) summed no slower than
+    # T = 8's one round of the same bytes (130 splits at nine in flight)
+    summed = {int(ln.split(" T=")[1].split()[0]): float(ln.split("merge_summed_after_verify_us ")[1].split(",")[0])
+              for ln in (RUNGS / "trace-h200-20261206T2307-plan-points.log").read_text().splitlines()
+              if " trace fp8_e4m3 " in ln}
+    assert summed[16] <= summed[8]

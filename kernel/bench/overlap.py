@@ -296,6 +296,13 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # code moved: half 0's 1,280 -> 1,278 sm_90 instructions, half 1's 1,359 -> 1,356)
     "q_cta_max": (("MLAV_Q_CTA_MAX",), (8, 6)),
 }
+# Measured and deleted (2026-12-06, thirtieth session; one H200, five rounds, bit-equal; the source was a patch
+# applied on the device only, rungs/overlap*-h200-20261206T2306-plan-fast-merge-unr5.log and ...-t1.json,
+# kernel/NOTES.md): plan_fast (-DMLAV_PLAN_FAST: the item's mask offset prefetched into L1 in pass 1, 32-bit
+# chunk divisions, and with bs <= 32 no exchange or barrier after passes 1 and 2), whose plan the trace put
+# 0.19-0.31 us shorter but whose full call was 0.7-1.1 us slower at fp8 rows64d T = 8 / 16 / 32; and
+# merge_unr5 (-DMLAV_MERGE_UNR5: 5 splits in flight a merge thread, so 128 rows' 66 splits take one round),
+# -0.2 / -0.9 us merged at T = 16 (fp8 / bf16) and +1.0 us at fp8 T = 32
 # Measured and deleted (2026-12-06, twenty-fourth session; commits cec8c04 and 031d8e7, one H100, three
 # rounds, rungs/overlap*-h100-20261206T{0957,1003,1004}-*.json): rows64d with a fourth warpgroup that
 # issued every copy and slot id (-DMLAV_HELPER, built for sm_90a: setmaxnreg gave the math warps 240
