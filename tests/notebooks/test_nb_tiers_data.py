@@ -124,27 +124,30 @@ def test_recorded_fixed_cost_and_phases():
 
 
 def test_phase_2s_trace_is_the_shipped_machine_code_on_an_h100():
-    """The newest trace (phase 2's table): production's machine code on one H100 (source 45872bf3 is
-    5e66d98f with opt-in code beside it, the same machine code without its macro: the file's note). At
-    T = 1 the last store lands 3.8 us after the median one, the merge ends 2.8 us after it; at the
-    centre (rows64d, T = 8) the prologue is 3.7 us on bf16 and 5.3 on fp8."""
+    """The newest trace (phase 2's table): the shipped kernel (c3de57bc, fp8's q scale without the CTA's
+    max) on one H100. At T = 1 the last store lands 4.0 us after the median one, the merge ends 2.8 us
+    after it; at the centre (rows64d, T = 8) the prologue is 3.8 us on bf16 and 5.4 on fp8: q_fast's gain
+    was not the prologue's (5e66d98f's trace on another H100, trace-h100-20261206T1911.json: 3.7 and 5.3)."""
     doc = data.newest(DATA, "trace")
-    assert doc["_path"].endswith("trace-h100-20261206T1911.json") and "5e66d98f" in doc["note"]
+    assert doc["_path"].endswith("trace-h100-20261207T0000.json") and doc["kernel_source"] == "c3de57bc684df754"
     tf = data.trace_frame(doc)
     r = data.select(tf, pool=data.BF16_KV, T=1, S=185000).iloc[0]
-    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (3.8, 2.8)
-    pro = {row["kv_dtype"]: row["prologue_us"] for row in doc["rows"] if (row["S"], row["T"]) == (185000, 8)}
-    assert (round(pro["bfloat16"], 1), round(pro["fp8_e4m3"], 1)) == (3.7, 5.3)
+    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (4.0, 2.8)
+    for d, want in ((doc, (3.8, 5.4)), (data.load_file(DATA / "trace-h100-20261206T1911.json"), (3.7, 5.3))):
+        pro = {row["kv_dtype"]: row["prologue_us"] for row in d["rows"] if (row["S"], row["T"]) == (185000, 8)}
+        assert (round(pro["bfloat16"], 1), round(pro["fp8_e4m3"], 1)) == want
 
 
 def test_the_rows64d_tiles_own_math_apart_from_what_a_call_costs_once():
-    """fixed-cost-h100-20261206T1607.json (production's 5e66d98f678f759f, one H100 at 1,980 MHz) fits
-    each time against the busiest CTA's tiles over S = 65k..262k: bf16 rows64d's math alone at T = 8
-    costs 1,689 clocks a tile more and 12.6 us a call once (plan, prologue, epilogue, launch), which
-    micro's parts figure (the call over its 88 tiles: 1,936 on T1424's machine) spreads over the tiles;
-    on the fp8 pool 1,888 clocks a tile at T = 8 and 16 alike, and the whole fp8 T = 16 call 2,077
-    clocks a tile beside 18.4 us a call."""
-    ff = data.fixed_cost_frame(data.newest(DATA, "fixed_cost"))
+    """fixed-cost-h100-20261206T1607.json (5e66d98f678f759f, one H100 at 1,980 MHz) fits each time against
+    the busiest CTA's tiles over S = 65k..262k: bf16 rows64d's math alone at T = 8 costs 1,689 clocks a tile
+    more and 12.6 us a call once (plan, prologue, epilogue, launch), which micro's parts figure (the call over
+    its 88 tiles: 1,936 on T1424's machine) spreads over the tiles; on the fp8 pool 1,888 clocks a tile at
+    T = 8 and 16 alike, and the whole fp8 T = 16 call 2,077 clocks a tile beside 18.4 us a call. The newest
+    (fixed-cost-h100-20261207T0000.json, the shipped c3de57bc on another H100): bf16's unchanged code 1,726
+    clocks a tile, so the tile's own math sits at 1,700 +- 2 % by machine; fp8 T = 16's whole call 2,038
+    clocks a tile (q_fast: its loads overlap better) beside 18.6 us once."""
+    ff = data.fixed_cost_frame(data.load_file(DATA / "fixed-cost-h100-20261206T1607.json"))
     assert ff["marginal_clk_per_tile"].notna().all()
     alone = data.select(ff, part="math alone, without the merge").set_index(["pool", "T"])
     assert round(alone.loc[(data.BF16_KV, 8), "marginal_clk_per_tile"]) == 1689
@@ -156,6 +159,13 @@ def test_the_rows64d_tiles_own_math_apart_from_what_a_call_costs_once():
     micro = data.load_file(DATA / "micro-h100-20261206T1424.json")
     centre = [r for r in micro["rows"] if (r["S"], r["T"], r["tier"], r.get("part")) == (185000, 8, 8, "math")][0]
     assert round(centre["clk_per_tile"]) == 1936 and centre["tiles_per_cta"] == 88
+    new = data.newest(DATA, "fixed_cost")
+    assert new["_path"].endswith("fixed-cost-h100-20261207T0000.json") and new["kernel_source"] == "c3de57bc684df754"
+    nf = data.fixed_cost_frame(new)
+    a = data.select(nf, part="math alone, without the merge", pool=data.BF16_KV, T=8).iloc[0]
+    w = data.select(nf, part="whole call", pool=data.FP8_KV, T=16).iloc[0]
+    assert round(a["marginal_clk_per_tile"]) == 1726
+    assert (round(w["marginal_clk_per_tile"]), round(w["tile_intercept_us"], 1)) == (2038, 18.6)
 
 
 def test_fp8_large_tiers_pairs_both_tiers_and_the_model_at_ddtree_rows():
