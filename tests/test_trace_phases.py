@@ -89,3 +89,5 @@ def test_trace_cases_and_macros_are_checked_before_any_gpu(capsys):
     assert "'1:2:3:fp4'" in capsys.readouterr().err
     assert trace.main(["--out", "x", "--define", "FOO=1"]) == 2
     assert "['FOO=1']" in capsys.readouterr().err
+    assert trace.main(["--out", "x", "--repeat", "0"]) == 2
+    assert "--repeat: 0 calls a graph" in capsys.readouterr().err

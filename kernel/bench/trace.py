@@ -18,6 +18,11 @@ the fixed ones in per_cta_last_replay.
     python -m kernel.bench.trace --out DIR                                # CASES, production's code
     python -m kernel.bench.trace --define MLAV_NO_PDL_TRIGGER --cases 185000:8:8:bf16 --out DIR
                                                     # a diagnostic build's macros beside MLAV_TRACE
+    python -m kernel.bench.trace --repeat 2 --out DIR  # the second of two calls in one graph (its code warm)
+
+--repeat N captures the call N times back to back in one graph and reports the last one: the same
+inputs and outputs, so what differs from N = 1 is what the calls before it left behind (the kernel's
+code in L2 and the SMs' instruction caches, the indptr lines); graph_us stays one call's time.
 """
 from __future__ import annotations
 
@@ -131,9 +136,11 @@ def per_cta(verify: list[list[int]]) -> list[list[float]]:
     return [[c] + [at(r, k) for k in (0, 2, 3, 4, *extra)] for c, r in v if r[2]]
 
 
-def run(cases=CASES, defines=()) -> dict:
+def run(cases=CASES, defines=(), repeat: int = 1) -> dict:
     """Trace `cases` ((S, T, H, pool) at pick_tier's tier) on the MLAV_TRACE build, with `defines`
-    of a diagnostic variant beside MLAV_TRACE."""
+    of a diagnostic variant beside MLAV_TRACE; the last of `repeat` calls captured in one graph."""
+    if repeat < 1:
+        raise ValueError(f"repeat: {repeat} calls a graph (at least 1)")
     lib = build.load(("90",), DEFINES + tuple(defines))
     dims = (ctypes.c_int * 2)()
     err = lib.mla_verify_trace(None, 1, dims)
@@ -150,7 +157,7 @@ def run(cases=CASES, defines=()) -> dict:
         case, o, lse = shape_case(S, T, H, kv)
         call = lambda: launch(*case.args(), o, lse, ws, sms, 64, tier=tier, lib=lib, **case.kwargs())
         graph_us = time_calls([call]) * 1e3
-        g = capture_graph(call)
+        g = capture_graph(lambda: [call() for _ in range(repeat)])
         reps = []
         for _ in range(REPS + 1):
             g.replay()
@@ -177,7 +184,7 @@ def run(cases=CASES, defines=()) -> dict:
                       if (k.endswith("_us") and k != "graph_us") or k == "start_store_corr"))
         del case, o, lse, g
         torch.cuda.empty_cache()
-    return {"kind": "trace", "defines": list(DEFINES + tuple(defines)), "rows": rows}
+    return {"kind": "trace", "defines": list(DEFINES + tuple(defines)), "calls_per_graph": repeat, "rows": rows}
 
 
 POOLS = {"bf16": "auto", "fp8": FP8_KV}
@@ -202,8 +209,13 @@ def main(argv=None) -> int:
                     help="a diagnostic build's macro beside MLAV_TRACE (repeatable)")
     ap.add_argument("--cases", default="", metavar="S:T:H:POOL,...",
                     help="the calls to trace, POOL bf16 or fp8, each at pick_tier's tier (default: CASES)")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="capture N calls back to back in one graph and trace the last (default 1)")
     add_commit_arg(ap)
     a = ap.parse_args(argv)
+    if a.repeat < 1:
+        print(f"error: --repeat: {a.repeat} calls a graph (at least 1)", file=sys.stderr)
+        return 2
     try:
         cases = parse_cases(a.cases) or CASES
     except ValueError as e:
@@ -215,7 +227,7 @@ def main(argv=None) -> int:
         return 2
     if no_gpu("kernel.bench.trace"):
         return 2
-    doc = record(a.out, "trace", a.commit, run(cases, tuple(a.define)))
+    doc = record(a.out, "trace", a.commit, run(cases, tuple(a.define), a.repeat))
     keys = ("graph_us", "span_us", "last_store_us", "epilogue_us", "merge_first_entry_after_verify_us",
             "merge_waited_after_verify_us", "merge_summed_after_verify_us", "merge_last_store_after_verify_us")
     print(f"{'pool':9s} {'T':>3} {'tier':>4} " + " ".join(f"{k.replace('_after_verify', '').replace('_us', ''):>12s}"
