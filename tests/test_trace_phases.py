@@ -97,10 +97,10 @@ def test_trace_cases_and_macros_are_checked_before_any_gpu(capsys):
 
 
 def test_a_call_behind_another_plans_and_starts_no_faster():
-    # trace --repeat (one H100, the shipped code): the second and third of three calls captured in one graph,
-    # their code warm in L2 behind the calls before, plan and prologue within 0.2 us of a call alone at every
-    # case (bf16 T = 1 / 8, fp8 T = 8 / 16 at 185k, bf16 T = 8 at 16k): the once-a-call part is not code
-    # fetched from DRAM (kernel/NOTES.md, thirtieth session)
+    # trace --repeat (one H100, the shipped code): the second and third of three calls captured in one graph
+    # plan and start within 0.2 us of a call alone at every case (bf16 T = 1 / 8, fp8 T = 8 / 16 at 185k, bf16
+    # T = 8 at 16k, whose 19 MB of KV leave the code in L2 in every replay): the call before leaves nothing
+    # that shortens the once-a-call part (kernel/NOTES.md, thirtieth session)
     rungs = Path(__file__).resolve().parents[1] / "reports" / "data" / "rungs"
     docs = {r: json.loads((rungs / f"trace-h100-20261207T0009-repeat{r}.json").read_text()) for r in (1, 2, 3)}
     assert [docs[r]["calls_per_graph"] for r in (1, 2, 3)] == [1, 2, 3]
