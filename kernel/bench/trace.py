@@ -18,11 +18,12 @@ the fixed ones in per_cta_last_replay.
     python -m kernel.bench.trace --out DIR                                # CASES, production's code
     python -m kernel.bench.trace --define MLAV_NO_PDL_TRIGGER --cases 185000:8:8:bf16 --out DIR
                                                     # a diagnostic build's macros beside MLAV_TRACE
-    python -m kernel.bench.trace --repeat 2 --out DIR  # the second of two calls in one graph (its code warm)
+    python -m kernel.bench.trace --repeat 2 --out DIR  # the second of two calls in one graph
 
 --repeat N captures the call N times back to back in one graph and reports the last one: the same
 inputs and outputs, so what differs from N = 1 is what the calls before it left behind (the kernel's
-code in L2 and the SMs' instruction caches, the indptr lines); graph_us stays one call's time.
+code in L2 where their KV did not push it out, in the SMs' instruction caches if any survives a launch;
+the indptr lines); graph_us stays one call's time.
 """
 from __future__ import annotations
 
