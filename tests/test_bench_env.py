@@ -43,3 +43,19 @@ def test_record_puts_the_result_under_env_info_and_writes_it(tmp_path, monkeypat
     assert doc == dict(INFO, commit="abc1234", rows=[3])
     assert json.loads((tmp_path / "trace-h200-20261203T1318.json").read_text()) == doc
     assert env.record(tmp_path, "trace", "def5678", {})["commit"] == "def5678"
+
+
+def test_a_second_run_of_the_same_minute_keeps_the_first_ones_file(tmp_path, monkeypatch):
+    # two overlap runs of one minute once wrote one name, and the second's file replaced the first's
+    monkeypatch.setattr(env, "env_info", lambda commit: dict(INFO, commit=commit))
+    for rows in ([1], [2], [3]):
+        env.record(tmp_path, "overlap", "abc1234", {"rows": rows})
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["overlap-h200-20261203T1318-2.json", "overlap-h200-20261203T1318-3.json",
+                     "overlap-h200-20261203T1318.json"]
+    assert json.loads((tmp_path / "overlap-h200-20261203T1318.json").read_text())["rows"] == [1]
+    # gpu_run rewrites its own file as a stage's rows come in: without keep, the same name again
+    for rows in ([4], [5]):
+        env.write_json(tmp_path, "bench", dict(INFO, rows=rows))
+    assert json.loads((tmp_path / "bench-h200-20261203T1318.json").read_text())["rows"] == [5]
+    assert not (tmp_path / "bench-h200-20261203T1318-2.json").exists()

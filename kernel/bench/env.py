@@ -68,10 +68,15 @@ def file_name(kind: str, info: dict) -> str:
     return f"{kind}-{gpu_word(info['gpu'])}-{stamp}.json"
 
 
-def write_json(out: str | Path, kind: str, doc: dict, info: dict | None = None) -> Path:
+def write_json(out: str | Path, kind: str, doc: dict, info: dict | None = None, keep: bool = False) -> Path:
     """doc into out/file_name(kind, info), info defaulting to doc (which then carries env_info's
-    fields); out created if need be."""
+    fields); out created if need be. keep: where that file exists (another run of the same minute),
+    write <name>-2.json, -3, ... beside it instead of over it (gpu_run's stages rewrite their own file
+    as rows come in, so they do not keep)."""
     path = Path(out) / file_name(kind, info or doc)
+    base, n = path, 2
+    while keep and path.exists():
+        path, n = base.with_name(f"{base.stem}-{n}.json"), n + 1
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
     return path
@@ -88,7 +93,8 @@ def no_gpu(prog: str, what: str = "measures on a GPU") -> bool:
 
 def record(out: str | Path, kind: str, commit: str | None, result: dict) -> dict:
     """result under env_info's fields (commit: --commit, else this checkout's HEAD), written to
-    out/file_name(kind, ...), whose path is logged. Returns the document written."""
+    out/file_name(kind, ...) (or beside an earlier run's file of the same minute), whose path is
+    logged. Returns the document written."""
     doc = dict(env_info(commit or git_commit()), **result)
-    log(f"wrote {write_json(out, kind, doc)}")
+    log(f"wrote {write_json(out, kind, doc, keep=True)}")
     return doc
