@@ -423,6 +423,26 @@ def _log_times(name):
     return out
 
 
+def _trace_log(name):
+    """One dict a traced case from a trace run's log lines ('trace POOL S=.. T=..: graph .. us; key value, ...'):
+    pool, T and every float-valued key (the runs whose JSON did not come back kept only their logs)."""
+    rows = []
+    for ln in (RUNGS / name).read_text().splitlines():
+        if " trace " not in ln or "; " not in ln:
+            continue
+        head, body = ln.split("; ", 1)
+        w = head.split()
+        row = {"pool": w[2], "T": int(w[4].rstrip(":")[2:])}
+        for kv in body.split(", "):
+            k, v = kv.rsplit(" ", 1)
+            try:
+                row[k] = float(v)
+            except ValueError:
+                pass
+        rows.append(row)
+    return rows
+
+
 def test_plan_fast_shortened_the_plan_but_not_the_call_and_the_merge_gained_nothing_real():
     # plan_fast (mask offset prefetched, 32-bit chunk divisions, no barrier after passes 1 and 2 with one
     # warp's requests) and merge_unr5 (5 splits in flight a merge thread), one H200, five rounds, a patch
@@ -432,11 +452,8 @@ def test_plan_fast_shortened_the_plan_but_not_the_call_and_the_merge_gained_noth
     fp8 = _log_times("overlap-fp8-h200-20261206T2306-plan-fast-merge-unr5.log")
     bf16 = _log_times("overlap-h200-20261206T2306-plan-fast-merge-unr5.log")
     assert all(fp8[(T, 8, "plan_fast", "full")] > fp8[(T, 8, "production", "full")] + 0.5 for T in (8, 16, 32))
-    plans = {}
-    for name in ("trace-h200-20261206T2307-plan-points.log", "trace-h200-20261206T2307-plan-points-plan-fast.log"):
-        plans[name] = [float(ln.split("plan_us ")[1].split(",")[0]) for ln in (RUNGS / name).read_text().splitlines()
-                       if " trace " in ln and "plan_us" in ln]
-    prod, fast = plans.values()
+    prod, fast = ([r["plan_us"] for r in _trace_log(name)] for name in
+                  ("trace-h200-20261206T2307-plan-points.log", "trace-h200-20261206T2307-plan-points-plan-fast.log"))
     assert len(prod) == len(fast) == 4 and all(0.15 < p - f < 0.35 for p, f in zip(prod, fast))
     for doc, T, most in ((fp8, 16, 0.3), (bf16, 16, 1.0)):
         gain = doc[(T, 8, "production", "merged")] - doc[(T, 8, "merge_unr5", "merged")]
@@ -444,7 +461,6 @@ def test_plan_fast_shortened_the_plan_but_not_the_call_and_the_merge_gained_noth
     assert fp8[(32, 8, "merge_unr5", "merged")] > fp8[(32, 8, "production", "merged")] + 0.5
     # the one-round merge's premise: T = 16's two rounds of partials (2 x 66 splits) summed no slower than
     # T = 8's one round of the same bytes (130 splits at nine in flight)
-    summed = {int(ln.split(" T=")[1].split()[0]): float(ln.split("merge_summed_after_verify_us ")[1].split(",")[0])
-              for ln in (RUNGS / "trace-h200-20261206T2307-plan-points.log").read_text().splitlines()
-              if " trace fp8_e4m3 " in ln}
+    summed = {r["T"]: r["merge_summed_after_verify_us"] for r in _trace_log("trace-h200-20261206T2307-plan-points.log")
+              if r["pool"] == "fp8_e4m3"}
     assert summed[16] <= summed[8]

@@ -31,6 +31,8 @@ def loud_q(case):
     case.q.mul_(LOUD_Q)
     case.sm_scale /= LOUD_Q
     return case
+
+
 # k_scale per fp8 case, cycled: None = make_case's default, max |row| / 448 (the whole e4m3
 # range, as a calibrated checkpoint scale gives); 1.0 = SGLang's scale when the checkpoint has
 # none (randn rows in e4m3's low range, the smallest ones subnormal or zero); 1/16 (mid range)
