@@ -464,3 +464,56 @@ def test_plan_fast_shortened_the_plan_but_not_the_call_and_the_merge_gained_noth
     summed = {r["T"]: r["merge_summed_after_verify_us"] for r in _trace_log("trace-h200-20261206T2307-plan-points.log")
               if r["pool"] == "fp8_e4m3"}
     assert summed[16] <= summed[8]
+
+
+def _epilogue_split(name):
+    """{(pool, T): (drain, staging, stores)} in us, medians over the working CTAs of a trace whose source had
+    points 5 (past the epilogue's first barrier) and 6 (O staged, past the second) beside 3 (loop done) and 4
+    (stored)"""
+    out = {}
+    for row in json.loads((RUNGS / name).read_text())["rows"]:
+        ctas = [c for c in row["per_cta_last_replay"] if c[2] and len(c) > 6 and c[5] and c[6]]
+        if ctas:
+            med = lambda f: statistics.median(f(c) for c in ctas)
+            out[(row["kv_dtype"], row["T"])] = (med(lambda c: c[5] - c[3]), med(lambda c: c[6] - c[5]),
+                                                 med(lambda c: c[4] - c[6]))
+    return out
+
+
+def test_the_epilogue_is_its_partials_stores_and_neither_epilogue_rung_shortened_the_call():
+    # the epilogue split open (one H100, production's machine code with two trace points): the halves end
+    # together (the drain to the first barrier 0.13-0.16 us), bf16 stages O in 0.64 us and fp8 in 1.12-1.15,
+    # and the 64 KB of partials a CTA take 1.7-1.9 us to store, all CTAs at once (the cluster-pair probe's
+    # 1.76 us for the same bytes)
+    for name in ("trace-h100-20261207T0753-epilogue-points.json", "trace-h100-20261207T0806-epilogue-points.json"):
+        split = _epilogue_split(name)
+        bf = split[("bfloat16", 8)]
+        for key in (("fp8_e4m3", 8), ("fp8_e4m3", 16)):
+            drain, stage, stores = split[key]
+            assert drain < 0.2 and stage > 1.5 * bf[1] and 1.6 < stores < 2.0
+        assert bf[0] < 0.2 and 1.6 < bf[2] < 2.0
+    # ost8 (fp8's staging rows 32 bytes apart, so a half-warp's 8-byte stores miss each other's banks) took
+    # 0.2 us off fp8's staging, as traced, but its full call moved by less than 0.3 us at rows64d T = 16 over
+    # three runs (the kill: 0.3 us shorter at T = 8 and 16), bit-equal at 34 calls
+    prod, ost8 = (_epilogue_split(f"trace-h100-20261207T0806-epilogue-points{s}.json") for s in ("", "-ost8"))
+    for key in (("fp8_e4m3", 8), ("fp8_e4m3", 16)):
+        assert 0.15 < prod[key][1] - ost8[key][1] < 0.3
+    runs = [json.loads((RUNGS / f"overlap-fp8-h100-{s}-ost8-run{i}.json").read_text())
+            for i, s in ((1, "20261207T0806"), (2, "20261207T0807"), (3, "20261207T0807"))]
+    for doc in runs:
+        assert all(c["equal"] for c in doc["same_output"]) and len(doc["same_output"]) == 34
+    gain = statistics.median(_time(d, 16, "production", "full", 8) - _time(d, 16, "ost8", "full", 8) for d in runs)
+    assert gain < 0.3
+    # epi_direct (each half storing its 32 rows from registers, no staging, no CTA barrier): 8-row stores a
+    # warp instruction cost more than the staging they replace; bf16 rows64d 2-4 us slower in both runs, fp8
+    # rows64d's merged call slower at T = 8 and 16, and rows32d slower where it is the default tier (T = 4)
+    fp8 = [json.loads((RUNGS / f"overlap-fp8-h100-{s}-epi-direct-run{i}.json").read_text())
+           for i, s in ((1, "20261207T0753"), (2, "20261207T0754"))]
+    bf16 = [json.loads((RUNGS / f"overlap-h100-20261207T0754-epi-direct-run{i}.json").read_text()) for i in (1, 2)]
+    for doc in fp8 + bf16:
+        assert all(c["equal"] for c in doc["same_output"])
+    for doc in fp8:
+        assert all(_time(doc, T, "epi_direct", "merged", 8) > _time(doc, T, "production", "merged", 8) for T in (8, 16))
+    for doc in bf16:
+        assert all(_time(doc, T, "epi_direct", "full", 8) > _time(doc, T, "production", "full", 8) + 1.5 for T in (8, 16))
+        assert _time(doc, 4, "epi_direct", "full", 6) > _time(doc, 4, "production", "full", 6)
