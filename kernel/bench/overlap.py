@@ -198,6 +198,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # h0_lag_copies_late's from step 1; bf16 only, as above). Measured (cc0d8fd, three runs,
     # rungs/overlap-h200-20261205T053*-unroll-spread-run{1,2,3}.json): +4.2 to +6.2 % full call
     "unroll2_spread": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=2"), (8,)),
+    # rowsd's Q from global memory in every CTA, the production before Q went through the ring before
+    # the plan (tier_rowsd.cuh; measured as q_smem, one H100, three runs, bit-equal: the call with its
+    # merge 0.3-1.5 us shorter at every default rowsd shape, rungs/overlap*-h100-20261207T082[45]-q-smem-run*.json)
+    "q_global": (("MLAV_Q_GLOBAL",), (8, 6)),
     "unroll2_spread_late": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=3"), (8,)),
     # (item_order, unroll2_item_order: the work item's fields reordered so that rowsd's copy
     # addresses read p0, p1, S, qo0 as one 16-byte group, which took a load-use wait out of half 0's

@@ -277,10 +277,41 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // 98.2 against 98.5 us)
   constexpr int H0_LAG = KIND == PARTS ? 0 : Lo::H0_LAG, SPLIT_COPIES = Lo::SPLIT_COPIES;
   extern __shared__ __align__(128) uint8_t smem[];
+#ifndef MLAV_Q_GLOBAL
+  // Q through the ring: a one-request launch's CTA b serves row tile b % row tiles (the items are
+  // split-major), so before the plan each CTA copies that row tile's Q into the ring by 16-byte
+  // cp.async, whole 128-byte lines, and its ~74 KB cross L2 -> SM during the plan's round trips and
+  // barriers instead of after them; past the plan the A fragments are read from there (ldmatrix on
+  // bf16, 8-byte loads on fp8; the 16-byte chunks XOR-swizzled by row so that those reads miss each
+  // other's banks), and only then does the ring take the prologue's tiles. A CTA whose item is another
+  // row tile, every CTA of a launch of several requests and the tail kernels load Q from global memory
+  // as before. Measured (one H100, three runs, bit-equal): the prologue 3.7 -> 1.6 us at bf16 rows64d,
+  // 4.8 -> 3.4 at fp8 T = 16; the call with its merge 0.3-1.5 us shorter at every shape a rowsd tier
+  // serves by default (rungs/overlap*-h100-20261207T082[45]-q-smem-run*.json, kernel/NOTES.md).
+  // -DMLAV_Q_GLOBAL: Q from global memory in every CTA, the production before (diagnostic builds)
+  int q_guess = -1;
+  auto q_chunk = [&](int row, int c) { return row * (D / 8) + (c ^ (FP8 ? (2 * row) & 6 : row & 7)); };
+  if (!TL && p.bs == 1) {
+    const int rows_g = p.num_tokens * p.H;
+    q_guess = blockIdx.x % ((rows_g + BM - 1) / BM);
+    for (int i = threadIdx.x; i < BM * (D / 8); i += THREADS) {
+      const int row = i / (D / 8), c = i % (D / 8);
+      const bool ok = q_guess * BM + row < rows_g;
+      cp_async16(smem_u32(smem + q_chunk(row, c) * 16), p.q + (long long)(ok ? q_guess * BM + row : 0) * D + c * 8,
+                 ok ? 16 : 0);
+    }
+  }
+  cp_async_commit();
+#endif
   {
     Item item;
     if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8>(
-            p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) return;
+            p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) {
+#ifndef MLAV_Q_GLOBAL
+      cp_async_wait<0>();                                 // its Q copies land before the CTA leaves
+#endif
+      return;
+    }
     // the item's fields are read from shared memory where used, not held in registers through
     // the loop (at 255 registers every live value counts)
     if (threadIdx.x == 0) *reinterpret_cast<Item*>(smem + Lo::OFF_ITEM) = item;
@@ -448,11 +479,13 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   constexpr int H1_LAG = KIND == PARTS || !SPLIT ? 0 : FP8 ? H1_LAG_FP8 : H1_LAG_BF16;
   const bool loads = KIND == MATH_ALONE ? false
                     : (KIND == PROD && FIX_LOADS) || !(p.mode & MODE_NO_LOADS);
+#ifdef MLAV_Q_GLOBAL   // (with Q through the ring: once Q is read from it, below)
   if (!loads) {   // math-only diagnostics: defined tile contents (fill_resident)
     fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
     __syncthreads();
   }
-  // ---- Q A fragments straight from global memory (L2-resident after the first CTA):
+#endif
+  // ---- Q A fragments straight from global memory where Q did not go through the ring:
   // qa[kk][m] = {Q[g][k+2qd..], Q[g+8][k+2qd..], Q[g][k+8+2qd..], Q[g+8][k+8+2qd..]} of the
   // m-tile's 16 rows, k = this dim quarter's kk-th k-step. Issued before the prologue's slot ids
   // and copies: after them (the copies wait on the ids) their round trip followed the ids' where
@@ -460,6 +493,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // QK: -1 to -3 us a call on both pools, bit-equal
   // (rungs/overlap*-h200-20261204T033[56]-q-first.json)
   uint32_t qa[QK_STEPS][2][4];
+#ifndef MLAV_Q_GLOBAL
+  const bool q_in_smem = q_guess == it.rt && it.b == 0 && it.qo0 == 0 && rows == p.num_tokens * H;
+  if (!q_in_smem) {
+#endif
 #pragma unroll
   for (int kk = 0; kk < QK_STEPS; ++kk) {
     const int k = 64 * kk + 16 * d;                      // chunks 8 kk + 2 d, + 1 (see qk)
@@ -481,6 +518,9 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
         }
       }
   }
+#ifndef MLAV_Q_GLOBAL
+  }
+#endif
   // prologue: tiles 0 .. AHEAD - 1 before anything but Q's loads; the index window for the next IDX_AHEAD.
   // Every tile's slot ids are loaded before any copy: a tile's copies wait on its id load, and with
   // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue 7.84 ->
@@ -488,6 +528,36 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   long long slot0[AH];
 #pragma unroll
   for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
+#ifndef MLAV_Q_GLOBAL
+  // Q's A fragments from the ring (the slot ids' loads above are in flight meanwhile)
+  cp_async_wait<0>();
+  __syncthreads();                                        // every thread's Q chunks landed
+  if (q_in_smem) {
+#pragma unroll
+    for (int kk = 0; kk < QK_STEPS; ++kk)
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        if constexpr (FP8) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int R = r * 32 + m * 16 + g + 8 * h;
+            const uint2 v = *reinterpret_cast<const uint2*>(smem + q_chunk(R, 2 * (9 * d + kk) + (qd >> 1)) * 16 + 8 * (qd & 1));
+            qa[kk][m][h] = v.x;
+            qa[kk][m][2 + h] = v.y;
+          }
+        } else {
+          const int R = r * 32 + m * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+          ldsm_x4(smem_u32(smem + q_chunk(R, 8 * kk + 2 * d + (lane >> 4)) * 16),
+                  qa[kk][m][0], qa[kk][m][1], qa[kk][m][2], qa[kk][m][3]);
+        }
+      }
+  }
+  __syncthreads();                                        // every warp has read Q: the ring takes tiles
+  if (!loads) {
+    fill_resident<FP8>(smem, Lo::RING, tid, THREADS, p.mode);
+    __syncthreads();
+  }
+#endif
 #pragma unroll
   for (int t = 0; t < AH; ++t) {
     if (loads && t < n_tiles) load(t, slot0[t]);
