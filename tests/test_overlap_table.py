@@ -517,3 +517,27 @@ def test_the_epilogue_is_its_partials_stores_and_neither_epilogue_rung_shortened
     for doc in bf16:
         assert all(_time(doc, T, "epi_direct", "full", 8) > _time(doc, T, "production", "full", 8) + 1.5 for T in (8, 16))
         assert _time(doc, 4, "epi_direct", "full", 6) > _time(doc, 4, "production", "full", 6)
+
+
+def test_q_through_the_ring_shortened_every_default_rowsd_shape_with_its_merge():
+    # Q copied into the ring before the plan and read into registers after it (q_smem, production since as
+    # aa1ff7cc; the form before is overlap's q_global): one H100, three runs, bit-equal at 34 calls a pool.
+    # The kill (not 0.5 us shorter with the merge at rows64d T = 8 on both pools, or slower at a default
+    # shape, judged on the median of the runs) did not fire; the trace put the bf16 centre's prologue at 1.6 us against 3.7
+    fp8 = [json.loads((RUNGS / f"overlap-fp8-h100-{s}-q-smem-run{i}.json").read_text())
+           for i, s in ((1, "20261207T0824"), (2, "20261207T0824"), (3, "20261207T0825"))]
+    bf16 = [json.loads((RUNGS / f"overlap-h100-{s}-q-smem-run{i}.json").read_text())
+            for i, s in ((1, "20261207T0824"), (2, "20261207T0825"), (3, "20261207T0825"))]
+    for doc in fp8 + bf16:
+        assert all(c["equal"] for c in doc["same_output"]) and len(doc["same_output"]) == 34
+    gain = lambda doc, T, tier: _time(doc, T, "production", "merged", tier) - _time(doc, T, "q_smem", "merged", tier)
+    for doc in fp8:
+        assert gain(doc, 8, 8) > 0.5 and all(gain(doc, T, 8) > 0 for T in (16, 32))
+    for doc in bf16:
+        assert gain(doc, 8, 8) > 0.4 and gain(doc, 16, 8) > 0 and gain(doc, 4, 6) > 0
+    assert statistics.median(gain(doc, 8, 8) for doc in bf16) > 0.5   # the kill, over the three runs
+    pro = {name: {(r["kv_dtype"], r["T"]): r["prologue_us"] for r in json.loads((RUNGS / name).read_text())["rows"]}
+           for name in ("trace-h100-20261207T0824-q-smem-production.json", "trace-h100-20261207T0824-q-smem.json")}
+    before, after = pro["trace-h100-20261207T0824-q-smem-production.json"], pro["trace-h100-20261207T0824-q-smem.json"]
+    assert before[("bfloat16", 8)] > 3.5 and after[("bfloat16", 8)] < 2.0
+    assert all(after[k] < before[k] - 0.9 for k in before)
