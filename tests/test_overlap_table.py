@@ -498,8 +498,8 @@ def test_the_epilogue_is_its_partials_stores_and_neither_epilogue_rung_shortened
     prod, ost8 = (_epilogue_split(f"trace-h100-20261207T0806-epilogue-points{s}.json") for s in ("", "-ost8"))
     for key in (("fp8_e4m3", 8), ("fp8_e4m3", 16)):
         assert 0.15 < prod[key][1] - ost8[key][1] < 0.3
-    runs = [json.loads((RUNGS / f"overlap-fp8-h100-{s}-ost8-run{i}.json").read_text())
-            for i, s in ((1, "20261207T0806"), (2, "20261207T0807"), (3, "20261207T0807"))]
+    runs = _runs("overlap-fp8-h100-20261207T080[67]-ost8-run*.json")
+    assert len(runs) == 3
     for doc in runs:
         assert all(c["equal"] for c in doc["same_output"]) and len(doc["same_output"]) == 34
     gain = statistics.median(_time(d, 16, "production", "full", 8) - _time(d, 16, "ost8", "full", 8) for d in runs)
@@ -507,9 +507,9 @@ def test_the_epilogue_is_its_partials_stores_and_neither_epilogue_rung_shortened
     # epi_direct (each half storing its 32 rows from registers, no staging, no CTA barrier): 8-row stores a
     # warp instruction cost more than the staging they replace; bf16 rows64d 2-4 us slower in both runs, fp8
     # rows64d's merged call slower at T = 8 and 16, and rows32d slower where it is the default tier (T = 4)
-    fp8 = [json.loads((RUNGS / f"overlap-fp8-h100-{s}-epi-direct-run{i}.json").read_text())
-           for i, s in ((1, "20261207T0753"), (2, "20261207T0754"))]
-    bf16 = [json.loads((RUNGS / f"overlap-h100-20261207T0754-epi-direct-run{i}.json").read_text()) for i in (1, 2)]
+    fp8 = _runs("overlap-fp8-h100-20261207T075[34]-epi-direct-run*.json")
+    bf16 = _runs("overlap-h100-20261207T0754-epi-direct-run*.json")
+    assert len(fp8) == len(bf16) == 2
     for doc in fp8 + bf16:
         assert all(c["equal"] for c in doc["same_output"])
     for doc in fp8:
@@ -524,10 +524,9 @@ def test_q_through_the_ring_shortened_every_default_rowsd_shape_with_its_merge()
     # aa1ff7cc; the form before is overlap's q_global): one H100, three runs, bit-equal at 34 calls a pool.
     # The kill (not 0.5 us shorter with the merge at rows64d T = 8 on both pools, or slower at a default
     # shape, judged on the median of the runs) did not fire; the trace put the bf16 centre's prologue at 1.6 us against 3.7
-    fp8 = [json.loads((RUNGS / f"overlap-fp8-h100-{s}-q-smem-run{i}.json").read_text())
-           for i, s in ((1, "20261207T0824"), (2, "20261207T0824"), (3, "20261207T0825"))]
-    bf16 = [json.loads((RUNGS / f"overlap-h100-{s}-q-smem-run{i}.json").read_text())
-            for i, s in ((1, "20261207T0824"), (2, "20261207T0825"), (3, "20261207T0825"))]
+    fp8 = _runs("overlap-fp8-h100-20261207T082[45]-q-smem-run*.json")
+    bf16 = _runs("overlap-h100-20261207T082[45]-q-smem-run*.json")
+    assert len(fp8) == len(bf16) == 3
     for doc in fp8 + bf16:
         assert all(c["equal"] for c in doc["same_output"]) and len(doc["same_output"]) == 34
     gain = lambda doc, T, tier: _time(doc, T, "production", "merged", tier) - _time(doc, T, "q_smem", "merged", tier)
@@ -536,8 +535,7 @@ def test_q_through_the_ring_shortened_every_default_rowsd_shape_with_its_merge()
     for doc in bf16:
         assert gain(doc, 8, 8) > 0.4 and gain(doc, 16, 8) > 0 and gain(doc, 4, 6) > 0
     assert statistics.median(gain(doc, 8, 8) for doc in bf16) > 0.5   # the kill, over the three runs
-    pro = {name: {(r["kv_dtype"], r["T"]): r["prologue_us"] for r in json.loads((RUNGS / name).read_text())["rows"]}
-           for name in ("trace-h100-20261207T0824-q-smem-production.json", "trace-h100-20261207T0824-q-smem.json")}
-    before, after = pro["trace-h100-20261207T0824-q-smem-production.json"], pro["trace-h100-20261207T0824-q-smem.json"]
+    before, after = ({(r["kv_dtype"], r["T"]): r["prologue_us"] for r in json.loads((RUNGS / name).read_text())["rows"]}
+                     for name in ("trace-h100-20261207T0824-q-smem-production.json", "trace-h100-20261207T0824-q-smem.json"))
     assert before[("bfloat16", 8)] > 3.5 and after[("bfloat16", 8)] < 2.0
     assert all(after[k] < before[k] - 0.9 for k in before)

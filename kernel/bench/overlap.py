@@ -198,10 +198,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # h0_lag_copies_late's from step 1; bf16 only, as above). Measured (cc0d8fd, three runs,
     # rungs/overlap-h200-20261205T053*-unroll-spread-run{1,2,3}.json): +4.2 to +6.2 % full call
     "unroll2_spread": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=2"), (8,)),
-    # rowsd's Q from global memory in every CTA, the production before Q went through the ring before
-    # the plan (tier_rowsd.cuh; measured as q_smem, one H100, three runs, bit-equal: the call with its
-    # merge 0.3-1.5 us shorter at every default rowsd shape, rungs/overlap*-h100-20261207T082[45]-q-smem-run*.json)
-    "q_global": (("MLAV_Q_GLOBAL",), (8, 6)),
     "unroll2_spread_late": (("MLAV_UNROLL=3", "MLAV_SPLIT_COPIES=3"), (8,)),
     # (item_order, unroll2_item_order: the work item's fields reordered so that rowsd's copy
     # addresses read p0, p1, S, qo0 as one 16-byte group, which took a load-use wait out of half 0's
@@ -299,7 +295,17 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # -1.5 at T = 16, -4.7 at T = 32; rows32d -2.7 to -10.8 us; its math alone +0.5 to +5.2 us (the loops'
     # code moved: half 0's 1,280 -> 1,278 sm_90 instructions, half 1's 1,359 -> 1,356)
     "q_cta_max": (("MLAV_Q_CTA_MAX",), (8, 6)),
+    # rowsd's Q from global memory in every CTA, the production before Q went through the ring before
+    # the plan (tier_rowsd.cuh; measured as q_smem, one H100, three runs, bit-equal: the call with its
+    # merge 0.3-1.5 us shorter at every default rowsd shape, rungs/overlap*-h100-20261207T082[45]-q-smem-run*.json)
+    "q_global": (("MLAV_Q_GLOBAL",), (8, 6)),
 }
+# Measured and deleted (2026-12-07, thirty-third session; one H100, bit-equal; patches applied on the device only,
+# rungs/overlap-h100-20261207T0753-epi-direct.patch and rungs/overlap-fp8-h100-20261207T0806-ost8.patch,
+# kernel/NOTES.md): epi_direct (-DMLAV_EPI_DIRECT: each half storing its rows straight from its registers, no
+# staging and no CTA barrier), bf16 rows64d 2-5 us slower and fp8 rows64d's merged call slower at T = 8 and 16;
+# ost8 (-DMLAV_OST8: fp8's staging rows padded by 32 bytes, off a 2-way bank conflict), its staging 0.2 us
+# shorter as traced but the call within 0.3 us at T = 16 over three runs
 # Measured and deleted (2026-12-06, thirtieth session; one H200, five rounds, bit-equal; the source was a patch
 # applied on the device only, rungs/overlap*-h200-20261206T2306-plan-fast-merge-unr5.log and ...-t1.json,
 # kernel/NOTES.md): plan_fast (-DMLAV_PLAN_FAST: the item's mask offset prefetched into L1 in pass 1, 32-bit
