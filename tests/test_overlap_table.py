@@ -539,3 +539,29 @@ def test_q_through_the_ring_shortened_every_default_rowsd_shape_with_its_merge()
                      for name in ("trace-h100-20261207T0824-q-smem-production.json", "trace-h100-20261207T0824-q-smem.json"))
     assert before[("bfloat16", 8)] > 3.5 and after[("bfloat16", 8)] < 2.0
     assert all(after[k] < before[k] - 0.9 for k in before)
+
+
+def test_fp8s_prologue_rungs_ahead5_and_qcvt_lost_everywhere_and_ahead4_lost_t32():
+    # fp8's prologue split by trace points, then four rungs beside production (aa1ff7cc), one H100, three runs,
+    # bit-equal at 17 calls (kernel/NOTES.md, thirty-fourth session). The kill: not 0.3 us shorter with the
+    # merge at T = 16 in every run, or more than 0.3 us slower at T = 8 or 32 in any run
+    runs = _runs("overlap-fp8-h100-20261207T110[34]-prologue-run*.json")
+    assert len(runs) == 3
+    for doc in runs:
+        assert all(c["equal"] for c in doc["same_output"]) and len(doc["same_output"]) == 68
+    gain = lambda doc, T, b: _time(doc, T, "production", "merged", 8) - _time(doc, T, b, "merged", 8)
+    for doc in runs:
+        for b in ("ahead5", "qcvt"):
+            assert all(gain(doc, T, b) < 0 for T in (8, 16, 32))
+        assert gain(doc, 8, "ahead4") > 1.0 and gain(doc, 16, "ahead4") > 0.5 and gain(doc, 32, "ahead4") < 0
+    assert min(gain(doc, 32, "ahead4") for doc in runs) < -0.3   # the kill fired, by 0.1 us in one run
+    traced = {v: {(r["kv_dtype"], r["T"]): r for r in json.loads((RUNGS / f"trace-h100-20261207T1103-prologue-{v}.json")
+                                                                  .read_text())["rows"]}
+              for v in ("prod", "ahead4", "qcvt")}
+    fp8_16 = lambda v, k: traced[v][("fp8_e4m3", 16)][k]
+    # production's loop starts 1.9 us after bf16's; ahead4's 0.7 us sooner; qcvt's barely sooner
+    assert fp8_16("prod", "prologue_us") - traced["prod"][("bfloat16", 16)]["prologue_us"] > 1.7
+    assert fp8_16("prod", "prologue_us") - fp8_16("ahead4", "prologue_us") > 0.6
+    assert fp8_16("prod", "prologue_us") - fp8_16("qcvt", "prologue_us") < 0.2
+    # "Q landed" grows with the prologue's slot ids: each waited on the one before
+    assert fp8_16("prod", "point5_after_plan_us") > fp8_16("ahead4", "point5_after_plan_us") + 0.15
