@@ -299,12 +299,6 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # the plan (tier_rowsd.cuh; measured as q_smem, one H100, three runs, bit-equal: the call with its
     # merge 0.3-1.5 us shorter at every default rowsd shape, rungs/overlap*-h100-20261207T082[45]-q-smem-run*.json)
     "q_global": (("MLAV_Q_GLOBAL",), (8, 6)),
-    # rowsd's prologue reading its item's fields from shared memory after every copy and each slot id's
-    # sign extension waiting on its load, the production before pro_regs (tier_rowsd.cuh, MLAV_PRO_SMEM)
-    "pro_smem": (("MLAV_PRO_SMEM",), (8, 6)),
-    # fp8 rows64d with 4 tiles ahead instead of 6 (MLAV_AHEAD8), on production and on the production before
-    "ahead4": (("MLAV_AHEAD8=4",), (8,)),
-    "ahead4_pro_smem": (("MLAV_AHEAD8=4", "MLAV_PRO_SMEM"), (8,)),
 }
 # Measured and deleted (2026-12-07, thirty-fourth session; one H100, three runs, bit-equal; a patch applied on the
 # device only, rungs/overlap-fp8-h100-20261207T1103-prologue.patch, kernel/NOTES.md): ahead5 (-DMLAV_AHEAD8=5), slower

@@ -205,16 +205,6 @@ constexpr int TAIL_E_FP8 = MLAV_TAIL_E_FP8;
 constexpr int TAIL_E_FP8 = 7;
 #endif
 
-// fp8 rows64d's tiles in flight past the ones in use (of its 8 stages). 4 shortened the prologue by
-// 0.7 us and the merged call at T = 8 / 16 by 1.2 / 0.6 us, but lengthened T = 32's by 0.2-0.4 us:
-// fewer bytes in flight slow its loads (one H100, three runs, rungs/overlap-fp8-h100-20261207T110[34]-
-// prologue-run*.json, kernel/NOTES.md); 5 was slower everywhere. -DMLAV_AHEAD8=N (diagnostic builds)
-#ifdef MLAV_AHEAD8
-constexpr int AHEAD8_PAIR = MLAV_AHEAD8;
-#else
-constexpr int AHEAD8_PAIR = 6;
-#endif
-
 template <int HALVES, bool FP8 = false>
 struct Layout {
   static constexpr int BM = 32 * HALVES;               // query rows per CTA
@@ -225,7 +215,7 @@ struct Layout {
   // two halves). fp8: 8 stages of e4m3 tiles in 592-byte rows (9.25 KB), 6 or 7 ahead: about as
   // many bytes in flight as the bf16 ring
   static constexpr int KST = FP8 ? 8 : STAGES;         // ring stages
-  static constexpr int AHEAD = FP8 ? (HALVES == 2 ? AHEAD8_PAIR : 7) : (HALVES == 2 ? 2 : 3);
+  static constexpr int AHEAD = FP8 ? (HALVES == 2 ? 6 : 7) : (HALVES == 2 ? 2 : 3);
   // a tile's slot ids are copied IDX_AHEAD iterations before its loads read them, in the group
   // of iteration t - AHEAD - IDX_AHEAD; the loads' wait at iteration t - AHEAD has completed
   // groups up to that one only if IDX_AHEAD >= AHEAD (bf16 keeps 4, its measured machine code)
@@ -361,21 +351,12 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   const int n_tiles = FP8 ? n_main0 + (it.p1 > ts() ? (it.p1 - ts() + BN - 1) / BN : 0) : (it.p1 - it.p0 + BN - 1) / BN;
   if (FP8 && tid == 0) *nmain_s = n_main0;                // read after the prologue's barrier
   auto n_main = [&]() { return *nmain_s; };
-  // the prologue's copy of the item, in registers (pit): each cp.async's memory clobber made the
-  // prologue's copies and its id window's copies read the fields again from shared memory, a waited-for
-  // LDS.128 and LDS.64 a copy. Past the prologue the loop reads `it` from shared memory as before.
-  // -DMLAV_PRO_SMEM: the prologue reads `it` too, the production before (diagnostic builds)
-#ifdef MLAV_PRO_SMEM
-  const Item& pit = it;
-#else
-  const Item pit = it;
-#endif
-  const SlotWindow<BN, IDX_WIN> ids{p, pit, idx_win, ld_tok, ld_lane, FP8 ? n_main0 : n_tiles, pit.p1, pit.S};
+  const SlotWindow<BN, IDX_WIN> ids{p, it, idx_win, ld_tok, ld_lane, FP8 ? n_main0 : n_tiles, it.p1, it.S};
   auto load_tile = [&](int tile, long long slot) {
-    int pos = pit.p0 + tile * BN + ld_tok;
+    int pos = it.p0 + tile * BN + ld_tok;
     const __nv_bfloat16* src = nullptr;
-    if (tile < n_tiles && pos < pit.p1)
-      src = pos < pit.S ? p.kv + slot * p.kv_stride : p.kext + (long long)(pit.qo0 + pos - pit.S) * p.ext_stride;
+    if (tile < n_tiles && pos < it.p1)
+      src = pos < it.S ? p.kv + slot * p.kv_stride : p.kext + (long long)(it.qo0 + pos - it.S) * p.ext_stride;
     __nv_bfloat16* dst = ring + (tile % STAGES) * (BN * D);
     const int bytes = src ? 16 : 0;
     if (!src) src = p.kv;
@@ -423,8 +404,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // NaN: 0 * NaN; a stale 0x7f byte is one after the convert)
   auto load_tile8 = [&](int tile, long long slot) {
     if (tile >= n_main0) return;
-    const int pos = pit.p0 + tile * BN + ld_tok;
-    const bool ok = pos < pit.p1 && pos < pit.S;
+    const int pos = it.p0 + tile * BN + ld_tok;
+    const bool ok = pos < it.p1 && pos < it.S;
     const uint8_t* src = ok ? p.kv8 + slot * p.kv_stride : p.kv8;
     uint8_t* dst = ring8 + (tile % Lo::KST) * Lo::STAGE8 + ld_tok * Lo::ROW8;
     const uint64_t pol = policy_evict_first();
@@ -543,17 +524,10 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // prologue: tiles 0 .. AHEAD - 1 before anything but Q's loads; the index window for the next IDX_AHEAD.
   // Every tile's slot ids are loaded before any copy: a tile's copies wait on its id load, and with
   // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue 7.84 ->
-  // 6.75 us, fp8 T = 1's 6.72 -> 4.99: trace-h200-20261203T1724.json against ...T1935.json); as
-  // 32-bit ids (slot32_of), so that nothing waits on one before the next issues
-#ifdef MLAV_PRO_SMEM
+  // 6.75 us, fp8 T = 1's 6.72 -> 4.99: trace-h200-20261203T1724.json against ...T1935.json)
   long long slot0[AH];
 #pragma unroll
   for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
-#else
-  unsigned slot0[AH];
-#pragma unroll
-  for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot32_of(t) : 0u;
-#endif
 #ifndef MLAV_Q_GLOBAL
   // Q's A fragments from the ring (the slot ids' loads above are in flight meanwhile)
   cp_async_wait<0>();
