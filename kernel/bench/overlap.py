@@ -302,7 +302,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
 }
 # Measured and deleted (2026-12-07, thirty-fourth session; one H100, three runs, bit-equal; a patch applied on the
 # device only, rungs/overlap-fp8-h100-20261207T1103-prologue.patch, kernel/NOTES.md): ahead5 (-DMLAV_AHEAD8=5), slower
-# at fp8 T = 8-32 by 0.2-3 us; qcvt (-DMLAV_QCVT_EARLY: fp8's q_big OR at the ring's barrier and Q converted behind tile
+# at fp8 T = 8-32 by 0.1-3 us; qcvt (-DMLAV_QCVT_EARLY: fp8's q_big OR at the ring's barrier and Q converted behind tile
 # 0's copies), +0.5 to +2.3 us at every T, its loop entered only 0.1 us sooner as traced. Measured and not yet
 # production (its guarantees have not run; device-only patch rungs/overlap-h100-20261207T1130-pro-regs.patch):
 # pro_regs (-DMLAV_PRO_REGS: the prologue's slot ids as 32-bit loads and its item in registers), ahead4 (-DMLAV_AHEAD8=4)
