@@ -466,6 +466,11 @@ def test_plan_fast_shortened_the_plan_but_not_the_call_and_the_merge_gained_noth
     assert summed[16] <= summed[8]
 
 
+def _trace_rows(name):
+    """{(pool, T): row} of a trace file among the rungs"""
+    return {(r["kv_dtype"], r["T"]): r for r in json.loads((RUNGS / name).read_text())["rows"]}
+
+
 def _epilogue_split(name):
     """{(pool, T): (drain, staging, stores)} in us, medians over the working CTAs of a trace whose source had
     points 5 (past the epilogue's first barrier) and 6 (O staged, past the second) beside 3 (loop done) and 4
@@ -535,7 +540,7 @@ def test_q_through_the_ring_shortened_every_default_rowsd_shape_with_its_merge()
     for doc in bf16:
         assert gain(doc, 8, 8) > 0.4 and gain(doc, 16, 8) > 0 and gain(doc, 4, 6) > 0
     assert statistics.median(gain(doc, 8, 8) for doc in bf16) > 0.5   # the kill, over the three runs
-    before, after = ({(r["kv_dtype"], r["T"]): r["prologue_us"] for r in json.loads((RUNGS / name).read_text())["rows"]}
+    before, after = ({k: r["prologue_us"] for k, r in _trace_rows(name).items()}
                      for name in ("trace-h100-20261207T0824-q-smem-production.json", "trace-h100-20261207T0824-q-smem.json"))
     assert before[("bfloat16", 8)] > 3.5 and after[("bfloat16", 8)] < 2.0
     assert all(after[k] < before[k] - 0.9 for k in before)
@@ -555,9 +560,7 @@ def test_fp8s_prologue_rungs_ahead5_and_qcvt_lost_everywhere_and_ahead4_lost_t32
             assert all(gain(doc, T, b) < 0 for T in (8, 16, 32))
         assert gain(doc, 8, "ahead4") > 1.0 and gain(doc, 16, "ahead4") > 0.5 and gain(doc, 32, "ahead4") < 0
     assert min(gain(doc, 32, "ahead4") for doc in runs) < -0.3   # the kill fired, by 0.1 us in one run
-    traced = {v: {(r["kv_dtype"], r["T"]): r for r in json.loads((RUNGS / f"trace-h100-20261207T1103-prologue-{v}.json")
-                                                                  .read_text())["rows"]}
-              for v in ("prod", "ahead4", "qcvt")}
+    traced = {v: _trace_rows(f"trace-h100-20261207T1103-prologue-{v}.json") for v in ("prod", "ahead4", "qcvt")}
     fp8_16 = lambda v, k: traced[v][("fp8_e4m3", 16)][k]
     # production's loop starts 1.9 us after bf16's; ahead4's 0.7 us sooner; qcvt's barely sooner
     assert fp8_16("prod", "prologue_us") - traced["prod"][("bfloat16", 16)]["prologue_us"] > 1.7
@@ -584,9 +587,8 @@ def test_pro_regs_won_on_bf16_and_with_four_tiles_ahead_on_fp8_but_lost_alone_on
     for doc in bf16:
         assert gain(doc, 8, "pro_regs") > 0.2 and gain(doc, 8, "pro_regs", 6) > 0.1
         assert all(gain(doc, T, "pro_regs", tier) > -0.3 for T in (4, 16) for tier in (8, 6))
-    traced = {v: {(r["kv_dtype"], r["T"]): r["prologue_us"] for r in json.loads(
-        (RUNGS / f"trace-h100-20261207T1239-pro-regs-{v}.json").read_text())["rows"]}
-        for v in ("prod", "pro-regs", "ahead4-pro-regs")}
+    traced = {v: {k: r["prologue_us"] for k, r in _trace_rows(f"trace-h100-20261207T1239-pro-regs-{v}.json").items()}
+              for v in ("prod", "pro-regs", "ahead4-pro-regs")}
     fp8_16 = ("fp8_e4m3", 16)
     assert traced["prod"][fp8_16] - traced["pro-regs"][fp8_16] > 0.5
     assert traced["prod"][fp8_16] - traced["ahead4-pro-regs"][fp8_16] > 1.0
