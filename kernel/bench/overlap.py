@@ -299,14 +299,22 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # the plan (tier_rowsd.cuh; measured as q_smem, one H100, three runs, bit-equal: the call with its
     # merge 0.3-1.5 us shorter at every default rowsd shape, rungs/overlap*-h100-20261207T082[45]-q-smem-run*.json)
     "q_global": (("MLAV_Q_GLOBAL",), (8, 6)),
+    # rowsd's prologue with its slot ids loaded by slot_of (each sign-extended inside the bounds test's
+    # branch, so each load waited for the one before) and its item read from shared memory, and fp8
+    # rows64d 6 tiles ahead: the production before pro_regs + ahead4 (tier_rowsd.cuh; measured as
+    # ahead4_pro_regs against it on one H100, three runs, bit-equal, device-only patch
+    # rungs/overlap-h100-20261207T1130-pro-regs.patch: fp8 rows64d's merged call -1.5 to -1.9 us at
+    # T = 8, -1.2 to -1.4 at T = 16, -0.1 to -0.4 at T = 32; bf16's centre -0.3 to -1.3,
+    # rungs/overlap{-fp8,}-h100-20261207T123[789]-pro-regs-run*.json)
+    "pro_smem_ahead6": (("MLAV_PRO_SMEM", "MLAV_AHEAD8=6"), (8, 6)),
 }
 # Measured and deleted (2026-12-07, thirty-fourth session; one H100, three runs, bit-equal; a patch applied on the
 # device only, rungs/overlap-fp8-h100-20261207T1103-prologue.patch, kernel/NOTES.md): ahead5 (-DMLAV_AHEAD8=5), slower
 # at fp8 T = 8-32 by 0.1-3 us; qcvt (-DMLAV_QCVT_EARLY: fp8's q_big OR at the ring's barrier and Q converted behind tile
-# 0's copies), +0.5 to +2.3 us at every T, its loop entered only 0.1 us sooner as traced. Measured and not yet
-# production (its guarantees have not run; device-only patch rungs/overlap-h100-20261207T1130-pro-regs.patch):
-# pro_regs (-DMLAV_PRO_REGS: the prologue's slot ids as 32-bit loads and its item in registers), ahead4 (-DMLAV_AHEAD8=4)
-# and the two together, -1.2 to -1.9 us merged at fp8 T = 8 / 16 and -0.3 to -1.3 at the bf16 centre
+# 0's copies), +0.5 to +2.3 us at every T, its loop entered only 0.1 us sooner as traced. Measured and not made
+# production (rungs/overlap-h100-20261207T1130-pro-regs.patch): pro_regs alone (the prologue's ids and item in
+# registers, fp8 rows64d still 6 ahead), +0.4 to +3.2 us merged at every fp8 T although its loop started 0.6 us sooner;
+# ahead4 alone (4 ahead, ids as before), -1.2 / -0.6 us at fp8 T = 8 / 16 but +0.2 to +0.4 at T = 32
 # Measured and deleted (2026-12-07, thirty-third session; one H100, bit-equal; patches applied on the device only,
 # rungs/overlap-h100-20261207T0753-epi-direct.patch and rungs/overlap-fp8-h100-20261207T0806-ost8.patch,
 # kernel/NOTES.md): epi_direct (-DMLAV_EPI_DIRECT: each half storing its rows straight from its registers, no

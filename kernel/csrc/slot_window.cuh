@@ -30,6 +30,15 @@ struct SlotWindow {
     if (tile >= n || pos >= end1 || pos >= end2) return -1;
     return p.kv_indices ? ld_index(p.kv_indices, p.kv_indices_64, it.kv0 + pos) : it.kv0 + pos;
   }
+  // the same id as a 32-bit load (an 8-byte id's low word: slot ids are below 2^31), zero-extended
+  // where used: slot_of's sign extension sits right behind each load, inside the bounds test's
+  // branch, so each of the prologue's loads waited for the one before it
+  __device__ __forceinline__ unsigned slot32_of(int tile) const {
+    const int pos = it.p0 + tile * TILE + tok;
+    if (tile >= n || pos >= end1 || pos >= end2) return 0u;
+    return p.kv_indices ? __ldg(reinterpret_cast<const unsigned*>(p.kv_indices) + (it.kv0 + pos) * (isz / 4))
+                        : (unsigned)(it.kv0 + pos);
+  }
   __device__ __forceinline__ void copy_index(int tile) const {
     const int pos = it.p0 + tile * TILE + tok;
     if (lane != 0 || !p.kv_indices || tile >= n || pos >= end1 || pos >= end2) return;

@@ -205,6 +205,13 @@ constexpr int TAIL_E_FP8 = MLAV_TAIL_E_FP8;
 constexpr int TAIL_E_FP8 = 7;
 #endif
 
+// fp8 rows64d's tiles issued ahead (MLAV_AHEAD8 for a variant: overlap's pro_smem_ahead6)
+#ifdef MLAV_AHEAD8
+constexpr int AHEAD8_PAIR = MLAV_AHEAD8;
+#else
+constexpr int AHEAD8_PAIR = 4;
+#endif
+
 template <int HALVES, bool FP8 = false>
 struct Layout {
   static constexpr int BM = 32 * HALVES;               // query rows per CTA
@@ -212,10 +219,12 @@ struct Layout {
   static constexpr int WARPS = THREADS / 32;
   static constexpr int TPT = THREADS / BN;             // loader threads per token
   // bf16: 4 stages of 18 KB, AHEAD tiles issued past the ones in use (one tile per half with
-  // two halves). fp8: 8 stages of e4m3 tiles in 592-byte rows (9.25 KB), 6 or 7 ahead: about as
-  // many bytes in flight as the bf16 ring
+  // two halves). fp8: 8 stages of e4m3 tiles in 592-byte rows (9.25 KB), 7 ahead with one half;
+  // with two, AHEAD8_PAIR (4: fp8 rows64d's call 1.2-1.9 us shorter at T = 8 and 16 than with 6,
+  // paired with the prologue's register ids below, 0.1-0.4 at T = 32; one H100, three runs,
+  // rungs/overlap-fp8-h100-20261207T123[789]-pro-regs-run*.json)
   static constexpr int KST = FP8 ? 8 : STAGES;         // ring stages
-  static constexpr int AHEAD = FP8 ? (HALVES == 2 ? 6 : 7) : (HALVES == 2 ? 2 : 3);
+  static constexpr int AHEAD = FP8 ? (HALVES == 2 ? AHEAD8_PAIR : 7) : (HALVES == 2 ? 2 : 3);
   // a tile's slot ids are copied IDX_AHEAD iterations before its loads read them, in the group
   // of iteration t - AHEAD - IDX_AHEAD; the loads' wait at iteration t - AHEAD has completed
   // groups up to that one only if IDX_AHEAD >= AHEAD (bf16 keeps 4, its measured machine code)
@@ -351,12 +360,20 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   const int n_tiles = FP8 ? n_main0 + (it.p1 > ts() ? (it.p1 - ts() + BN - 1) / BN : 0) : (it.p1 - it.p0 + BN - 1) / BN;
   if (FP8 && tid == 0) *nmain_s = n_main0;                // read after the prologue's barrier
   auto n_main = [&]() { return *nmain_s; };
-  const SlotWindow<BN, IDX_WIN> ids{p, it, idx_win, ld_tok, ld_lane, FP8 ? n_main0 : n_tiles, it.p1, it.S};
+#ifdef MLAV_PRO_SMEM
+  const Item& pit = it;
+#else
+  // the item again, in registers, for the id window and the tile loads: each cp.async's memory
+  // clobber made the prologue's copies and id copies re-read its fields from shared memory, one
+  // waited-for LDS after another (MLAV_PRO_SMEM keeps that form, overlap's variant pro_smem_ahead6)
+  const Item pit = it;
+#endif
+  const SlotWindow<BN, IDX_WIN> ids{p, pit, idx_win, ld_tok, ld_lane, FP8 ? n_main0 : n_tiles, pit.p1, pit.S};
   auto load_tile = [&](int tile, long long slot) {
-    int pos = it.p0 + tile * BN + ld_tok;
+    int pos = pit.p0 + tile * BN + ld_tok;
     const __nv_bfloat16* src = nullptr;
-    if (tile < n_tiles && pos < it.p1)
-      src = pos < it.S ? p.kv + slot * p.kv_stride : p.kext + (long long)(it.qo0 + pos - it.S) * p.ext_stride;
+    if (tile < n_tiles && pos < pit.p1)
+      src = pos < pit.S ? p.kv + slot * p.kv_stride : p.kext + (long long)(pit.qo0 + pos - pit.S) * p.ext_stride;
     __nv_bfloat16* dst = ring + (tile % STAGES) * (BN * D);
     const int bytes = src ? 16 : 0;
     if (!src) src = p.kv;
@@ -404,8 +421,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // NaN: 0 * NaN; a stale 0x7f byte is one after the convert)
   auto load_tile8 = [&](int tile, long long slot) {
     if (tile >= n_main0) return;
-    const int pos = it.p0 + tile * BN + ld_tok;
-    const bool ok = pos < it.p1 && pos < it.S;
+    const int pos = pit.p0 + tile * BN + ld_tok;
+    const bool ok = pos < pit.p1 && pos < pit.S;
     const uint8_t* src = ok ? p.kv8 + slot * p.kv_stride : p.kv8;
     uint8_t* dst = ring8 + (tile % Lo::KST) * Lo::STAGE8 + ld_tok * Lo::ROW8;
     const uint64_t pol = policy_evict_first();
@@ -525,9 +542,17 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // Every tile's slot ids are loaded before any copy: a tile's copies wait on its id load, and with
   // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue 7.84 ->
   // 6.75 us, fp8 T = 1's 6.72 -> 4.99: trace-h200-20261203T1724.json against ...T1935.json)
+#ifdef MLAV_PRO_SMEM
   long long slot0[AH];
 #pragma unroll
   for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
+#else
+  // as 32-bit loads that wait on nothing: fp8 rows64d's traced prologue 3.58 -> 2.40 us with
+  // AHEAD8_PAIR 4 (rungs/trace-h100-20261207T1239-pro-regs-*.json)
+  unsigned slot0[AH];
+#pragma unroll
+  for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot32_of(t) : 0u;
+#endif
 #ifndef MLAV_Q_GLOBAL
   // Q's A fragments from the ring (the slot ids' loads above are in flight meanwhile)
   cp_async_wait<0>();
