@@ -25,8 +25,10 @@ IDX_AHEAD = _int(r"constexpr int IDX_AHEAD = (\d+);")
 IDX_WIN = _int(r"constexpr int IDX_WIN = (\d+);")
 m = re.search(r"static constexpr int KST = FP8 \? (\d+) : STAGES;", SRC)
 KST8 = int(m.group(1))
-m = re.search(r"static constexpr int AHEAD = FP8 \? \(HALVES == 2 \? (\d+) : (\d+)\) : \(HALVES == 2 \? (\d+) : (\d+)\);", SRC)
-AHEAD = {(True, 2): int(m.group(1)), (True, 1): int(m.group(2)), (False, 2): int(m.group(3)), (False, 1): int(m.group(4))}
+# fp8 rows64d's count is AHEAD8_PAIR, production's value the #else branch's (-DMLAV_AHEAD8 sets a variant's)
+AHEAD8_PAIR = _int(r"#else\nconstexpr int AHEAD8_PAIR = (\d+);")
+m = re.search(r"static constexpr int AHEAD = FP8 \? \(HALVES == 2 \? AHEAD8_PAIR : (\d+)\) : \(HALVES == 2 \? (\d+) : (\d+)\);", SRC)
+AHEAD = {(True, 2): AHEAD8_PAIR, (True, 1): int(m.group(1)), (False, 2): int(m.group(2)), (False, 1): int(m.group(3))}
 
 
 def params(fp8: bool, halves: int) -> tuple[int, int, int]:
