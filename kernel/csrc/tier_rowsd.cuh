@@ -360,14 +360,18 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   const int n_tiles = FP8 ? n_main0 + (it.p1 > ts() ? (it.p1 - ts() + BN - 1) / BN : 0) : (it.p1 - it.p0 + BN - 1) / BN;
   if (FP8 && tid == 0) *nmain_s = n_main0;                // read after the prologue's barrier
   auto n_main = [&]() { return *nmain_s; };
-#ifdef MLAV_PRO_SMEM
-  const Item& pit = it;
-#else
   // the item again, in registers, for the id window and the tile loads: each cp.async's memory
   // clobber made the prologue's copies and id copies re-read its fields from shared memory, one
-  // waited-for LDS after another (MLAV_PRO_SMEM keeps that form, overlap's variant pro_smem_ahead6)
-  const Item pit = it;
+  // waited-for LDS after another. Not on fp8 rows32d, whose call the register form (with its ids
+  // below) made 2.9-12.3 us slower at T = 8-32 (rungs/overlap-fp8-h100-20261207T1504.json; as on fp8
+  // rows64d at 6 ahead: the loop, not the prologue, lost). MLAV_PRO_SMEM: the shared-memory form
+  // everywhere, overlap's variant pro_smem_ahead6
+#ifdef MLAV_PRO_SMEM
+  constexpr bool PRO_REGS = false;
+#else
+  constexpr bool PRO_REGS = !FP8 || HALVES == 2;
 #endif
+  std::conditional_t<PRO_REGS, const Item, const Item&> pit = it;
   const SlotWindow<BN, IDX_WIN> ids{p, pit, idx_win, ld_tok, ld_lane, FP8 ? n_main0 : n_tiles, pit.p1, pit.S};
   auto load_tile = [&](int tile, long long slot) {
     int pos = pit.p0 + tile * BN + ld_tok;
@@ -542,17 +546,14 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
   // Every tile's slot ids are loaded before any copy: a tile's copies wait on its id load, and with
   // the two interleaved the AHEAD id loads ran one after another (fp8 rows64d's prologue 7.84 ->
   // 6.75 us, fp8 T = 1's 6.72 -> 4.99: trace-h200-20261203T1724.json against ...T1935.json)
-#ifdef MLAV_PRO_SMEM
-  long long slot0[AH];
+  // with PRO_REGS as 32-bit loads that wait on nothing: fp8 rows64d's traced prologue 3.58 -> 2.40 us
+  // with AHEAD8_PAIR 4 (rungs/trace-h100-20261207T1239-pro-regs-*.json)
+  std::conditional_t<PRO_REGS, unsigned, long long> slot0[AH];
 #pragma unroll
-  for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
-#else
-  // as 32-bit loads that wait on nothing: fp8 rows64d's traced prologue 3.58 -> 2.40 us with
-  // AHEAD8_PAIR 4 (rungs/trace-h100-20261207T1239-pro-regs-*.json)
-  unsigned slot0[AH];
-#pragma unroll
-  for (int t = 0; t < AH; ++t) slot0[t] = loads && t < n_tiles ? ids.slot32_of(t) : 0u;
-#endif
+  for (int t = 0; t < AH; ++t) {
+    if constexpr (PRO_REGS) slot0[t] = loads && t < n_tiles ? ids.slot32_of(t) : 0u;
+    else slot0[t] = loads && t < n_tiles ? ids.slot_of(t) : -1;
+  }
 #ifndef MLAV_Q_GLOBAL
   // Q's A fragments from the ring (the slot ids' loads above are in flight meanwhile)
   cp_async_wait<0>();
