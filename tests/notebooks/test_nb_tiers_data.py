@@ -128,8 +128,9 @@ def test_recorded_fixed_cost_and_phases():
 
 
 def test_phase_2s_trace_is_the_shipped_machine_code():
-    """The newest trace (phase 2's table): the shipped kernel (8d737971, the prologue's slot ids and item in
-    registers, fp8 rows64d 4 tiles ahead) on the H100 of the bench's files. At T = 1 the last store lands
+    """The newest trace (phase 2's table): 8d737971 (fa4b9a1: the prologue's slot ids and item in registers, fp8
+    rows64d 4 tiles ahead) on the H100 of the bench's files, the shipped machine code at every shape it traces
+    (the shipped 1de3bcbb differs only in fp8 rows32d's kernel, which no default shape takes: kernel/NOTES.md). At T = 1 the last store lands
     4.3 us after the median one (1.2 on the H200 of trace-h200-20261207T0539.json, an older kernel), the merge
     ends 2.8 us after it; at the centre (rows64d, T = 8) the prologue is 1.3 us on bf16 and 2.3 on fp8, where
     aa1ff7cc (Q through the ring before the plan) took 1.6 and 4.3 (trace-h100-20261207T0841.json), the kernel
