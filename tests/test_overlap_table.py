@@ -595,6 +595,11 @@ def test_pro_regs_won_on_bf16_and_with_four_tiles_ahead_on_fp8_but_lost_alone_on
     assert traced["prod"][("bfloat16", 8)] - traced["pro-regs"][("bfloat16", 8)] > 0.2
 
 
+def _merged_gain(doc, variant, T, tier):
+    """How much longer (us) the variant's merged call took than production's at (T, tier), DRAM placement."""
+    return _time(doc, T, variant, "merged", tier) - _time(doc, T, "production", "merged", tier)
+
+
 def test_production_pro_regs_ahead4_against_the_production_before_on_fp8_lost_only_on_rows32d():
     # pro_regs + ahead4 as production (fa4b9a1, kernel source 8d737971, its guarantees passed on the same H100)
     # beside the production before as the variant pro_smem_ahead6, one run of five rounds, bit-equal at 34 calls
@@ -603,7 +608,7 @@ def test_production_pro_regs_ahead4_against_the_production_before_on_fp8_lost_on
     doc = json.loads((RUNGS / "overlap-fp8-h100-20261207T1504.json").read_text())
     assert doc["kernel_source"] == "8d737971fc616f5d"
     assert all(c["equal"] for c in doc["same_output"]) and len(doc["same_output"]) == 34
-    gain = lambda T, tier: _time(doc, T, "pro_smem_ahead6", "merged", tier) - _time(doc, T, "production", "merged", tier)
+    gain = lambda T, tier: _merged_gain(doc, "pro_smem_ahead6", T, tier)
     assert gain(8, 8) > 1.0 and gain(16, 8) > 0.5 and gain(32, 8) > -0.3
     assert all(gain(T, 6) < -2.5 for T in (8, 16, 32))
 
@@ -616,6 +621,6 @@ def test_the_shipped_fp8_rows32d_is_the_production_befores_again_and_rows64d_kee
     doc = json.loads((RUNGS / "overlap-fp8-h100-20261207T1749.json").read_text())
     assert doc["kernel_source"] == "1de3bcbb996fd144"
     assert all(c["equal"] for c in doc["same_output"]) and len(doc["same_output"]) == 34
-    gain = lambda T, tier: _time(doc, T, "pro_smem_ahead6", "merged", tier) - _time(doc, T, "production", "merged", tier)
+    gain = lambda T, tier: _merged_gain(doc, "pro_smem_ahead6", T, tier)
     assert all(abs(gain(T, 6)) < 0.6 for T in (8, 16, 32))
     assert gain(8, 8) > 0.3 and gain(16, 8) > 0.5 and gain(32, 8) > -0.3
