@@ -624,3 +624,31 @@ def test_the_shipped_fp8_rows32d_is_the_production_befores_again_and_rows64d_kee
     gain = lambda T, tier: _merged_gain(doc, "pro_smem_ahead6", T, tier)
     assert all(abs(gain(T, 6)) < 0.6 for T in (8, 16, 32))
     assert gain(8, 8) > 0.3 and gain(16, 8) > 0.5 and gain(32, 8) > -0.3
+
+
+def test_plan_one_took_a_microsecond_off_each_timed_default_shape_and_slowed_two_loops_it_reshaped():
+    # plan_one, a one-request launch's plan in closed form (rungs/plan-probes.patch: kernel source 4619b40c, whose
+    # production is 1de3bcbb's machine code), beside production on one H100, every call bit-equal (kernel/NOTES.md,
+    # thirty-seventh session): bf16's default shapes three rounds, bf16 tiers 8 / 6 and both fp8 files five rounds
+    from kernel.ops import pick_tier
+    bf16_3, bf16_5, fp8_8, fp8_s = (json.loads((RUNGS / f).read_text()) for f in (
+        "overlap-h100-20261207T2117-plan-one.json", "overlap-h100-20261207T2146-plan-one-5-rounds.json",
+        "overlap-fp8-h100-20261207T2146-plan-one.json", "overlap-fp8-h100-20261207T2147-plan-one.json"))
+    for doc in (bf16_3, bf16_5, fp8_8, fp8_s):
+        assert doc["kernel_source"] == "4619b40c6a864fe7" and doc["not_timed_differs"] == []
+        assert doc["same_output"] and all(c["equal"] for c in doc["same_output"])
+    gain = _merged_gain
+    # the call as a server makes it, at the tier production picks for each timed draft length (8 heads)
+    timed = [(bf16_3, 1, False), (bf16_5, 4, False), (bf16_5, 8, False), (bf16_5, 16, False), (bf16_3, 32, False),
+             (fp8_s, 1, True), (fp8_8, 8, True), (fp8_8, 16, True), (fp8_8, 32, True)]
+    for doc, T, fp8 in timed:
+        assert -2.5 < gain(doc, "plan_one", T, pick_tier(8, T, 1, T, kv_fp8=fp8)) < -0.5, (T, fp8)
+    # the probe that skips the plan entirely (bf16; its fp8 build did not run) is no faster at the centre
+    assert abs(_time(bf16_3, 8, "plan_one", "full", 8) - _time(bf16_3, 8, "plan_cached", "full", 8)) < 0.3
+    # two loops ptxas reshaped around the second plan path lost more than the plan gave, with the math alone no
+    # slower: bf16 rows32d at 64 and 128 rows (only an override gives it those), fp8 small8's 32-row tiles (the
+    # default for 17-32 rows) at every T timed
+    for doc, T, tier, lost in ((bf16_5, 8, 6, 2.0), (bf16_5, 16, 6, 5.0), (fp8_s, 1, 4, 1.5), (fp8_s, 8, 4, 4.0),
+                               (fp8_s, 16, 4, 10.0)):
+        assert gain(doc, "plan_one", T, tier) > lost, (T, tier)
+        assert _time(doc, T, "plan_one", "no_loads", tier) < _time(doc, T, "production", "no_loads", tier) + 1.0
