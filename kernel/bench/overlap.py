@@ -307,6 +307,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     # T = 8, -1.2 to -1.4 at T = 16, -0.1 to -0.4 at T = 32; bf16's centre -0.3 to -1.3,
     # rungs/overlap{-fp8,}-h100-20261207T123[789]-pro-regs-run*.json)
     "pro_smem_ahead6": (("MLAV_PRO_SMEM", "MLAV_AHEAD8=6"), (8, 6)),
+    # plan_item at every tier, the production before a one-request launch's item came in closed form
+    # (verify_common.cuh's plan_one, in rows64d, small's 8-row tiles and small8's 8- and 16-row tiles;
+    # measured as plan_one against it on one H100, five rounds, bit-equal: merged call 0.7-2.1 us shorter
+    # at every default shape timed, rungs/overlap{-fp8,}-h100-20261207T21{17,46,47}-plan-one*.json; the
+    # kernels where it lost keep plan_item, rungs/plan-one-selective.patch)
+    "plan_general": (("MLAV_PLAN_GENERAL",), (1, 2, 8)),
 }
 # Measured and deleted (2026-12-07, thirty-fourth session; one H100, three runs, bit-equal; a patch applied on the
 # device only, rungs/overlap-fp8-h100-20261207T1103-prologue.patch, kernel/NOTES.md): ahead5 (-DMLAV_AHEAD8=5), slower
@@ -349,7 +355,7 @@ SPLITS_DIFFER = set(TAIL_E_OF_BUILD) | set(WAVE_FIT_OF_BUILD)
 REL_TOL = 1e-2
 # (T, tiers of the production library) per pool; the variants run their tiers at each T, both pools
 SHAPES = {"auto": ((1, (1,)), (4, (6,)), (8, (8, 9, 6)), (32, (8, 9))),
-          FP8_KV: ((1, (1,)), (8, (8, 6, 4)), (16, (8, 4)), (32, (8, 4)))}
+          FP8_KV: ((1, (1,)), (2, (2,)), (8, (8, 6, 4)), (16, (8, 4)), (32, (8, 4)))}
 ROW_BYTES = {"auto": checks.ROW_BYTES, FP8_KV: checks.FP8_ROW_BYTES}   # a pool row
 S, H = 185000, 8
 

@@ -314,7 +314,8 @@ __device__ __forceinline__ void rowsd_body(const Params& p) {
 #endif
   {
     Item item;
-    if (!plan_item<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8>(
+    // plan_one for rows64d's one-request launches; rows32d's loop lost beside it (verify_common.cuh's plan)
+    if (!plan<BM, THREADS, (TL && HALVES == 2 && TAIL >= 2) ? (FP8 ? TAIL_E_FP8 : TAIL_E) : 8, HALVES == 2>(
             p, reinterpret_cast<int*>(smem + Lo::OFF_XS), item)) {
 #ifndef MLAV_Q_GLOBAL
       cp_async_wait<0>();                                 // its Q copies land before the CTA leaves

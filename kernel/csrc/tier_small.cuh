@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(NTHREADS, Layout<NT>::MIN_BLOCKS) mla_verify_k
   constexpr int R = Lo::R, TPR = Lo::TPR, TOK = Lo::TOK;
   extern __shared__ __align__(128) uint8_t smem[];
   Item it;
-  if (!plan_item<R>(p, reinterpret_cast<int*>(smem + RING_BYTES), it)) return;
+  // plan_one for the 8-row tiles alone, the one tile a bf16 pool takes by default (rows32d serves 9-32 rows)
+  if (!plan<R, NTHREADS, 8, NT == 1>(p, reinterpret_cast<int*>(smem + RING_BYTES), it)) return;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, qd = lane & 3;

@@ -102,7 +102,8 @@ __device__ __forceinline__ void small8_body(const Params& p) {
   constexpr int R = Lo::R, TPR = Lo::TPR, TOK = Lo::TOK;
   extern __shared__ __align__(128) uint8_t smem[];
   Item it;
-  if (!plan_item<R>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), it)) return;
+  // plan_one for the 8- and 16-row tiles; the 32-row tiles' loop lost beside it (verify_common.cuh's plan)
+  if (!plan<R, NTHREADS, 8, NT <= 2>(p, reinterpret_cast<int*>(smem + Lo::OFF_XS), it)) return;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, qd = lane & 3;

@@ -468,6 +468,108 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   return it.part_slot < p.part_cap;
 }
 
+// plan_item's schedule for a launch of one request (bs == 1: every long-context step), in closed form:
+// every thread computes its CTA's item from the four indptr values alone, with no scratch, no shuffle and
+// no barrier, a few dozen instructions where plan_item runs its three passes (their 2.2 us are waits that
+// neither 32-bit divisions nor fewer barriers shortened: kernel/NOTES.md, thirtieth section). Each value
+// is plan_item's expression for b = 0 with both exclusive prefixes 0, in the same types and order, so the
+// item and the merge's table are plan_item's bit for bit (thirty-seventh section: about 1 us a call).
+template <int BMR, int TAIL_E = 8>
+__device__ __forceinline__ bool plan_one(const Params& p, Item& it) {
+  static_assert(TAIL_E >= 1 && TAIL_E <= 8, "plan_one: TAIL_E is a tail split's cost in eighths");
+  MLAV_TRACE_AT(TRACE_VERIFY, 0);
+  const long long kv0 = ld_index(p.kv_indptr, p.kv_indptr_64, 0);
+  const long long qo0 = ld_index(p.qo_indptr, p.qo_indptr_64, 0);
+  const int S = (int)(ld_index(p.kv_indptr, p.kv_indptr_64, 1) - kv0);
+  const int T = (int)(ld_index(p.qo_indptr, p.qo_indptr_64, 1) - qo0);
+  const long long m0 = p.mask ? ld_index(p.mask_indptr, p.mask_indptr_64, 0) : 0;
+  const int nrt = (int)(((long long)T * p.H + BMR - 1) / BMR);
+  const int tail = nrt >= 2 && (long long)T * p.H - (long long)(nrt - 1) * BMR <= BMR / 2 ? 1 : 0;
+  const unsigned L = (unsigned)(S + T);
+  const long long total = TAIL_E < 8 ? (long long)(8 * nrt - (8 - TAIL_E) * tail) * (S + T)
+                                     : (long long)nrt * (S + T);
+  const long long U = nrt;
+  long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U) : (1LL << 40);
+  if constexpr (TAIL_E < 8) {
+    if (U < p.target_ctas) chunk64 = (total + 8 * (p.target_ctas - U) - 1) / (8 * (p.target_ctas - U));
+  }
+  if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
+  unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
+  const unsigned chunk_safe = chunk;
+  unsigned chunk_fit = chunk;
+  if (U < p.target_ctas) {
+    long long c = TAIL_E < 8 ? (total + 8LL * p.target_ctas - 1) / (8LL * p.target_ctas)
+                             : (total + p.target_ctas - 1) / p.target_ctas;
+    if (c < MIN_CHUNK) c = MIN_CHUNK;
+    chunk_fit = (unsigned)(min(c, 1LL << 31) + BN - 1) / BN * BN;
+  }
+#ifdef MLAV_WAVE_SAFE
+  const bool two = false;
+#else
+  const bool two = chunk_fit != chunk_safe && p.target_ctas < (1 << 14);
+#endif
+  auto tail_chunk = [](unsigned c) { return (unsigned)(min(((long long)c * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN; };
+  unsigned chunk_t = tail_chunk(chunk);
+  if (two) {   // plan_item's pass 2 for one request: chunk_fit where its items fit in one wave
+    const int ns_a = nrt ? (int)((L + chunk_fit - 1) / chunk_fit) : 0;
+    const unsigned chunk_fit_t = tail_chunk(chunk_fit);
+    const int n_a = TAIL_E < 8 ? (nrt - tail) * ns_a + (tail ? (int)((L + chunk_fit_t - 1) / chunk_fit_t) : 0)
+                               : nrt * ns_a;
+    if (n_a <= p.target_ctas) { chunk = chunk_fit; chunk_t = chunk_fit_t; }
+  }
+  // pass 3
+  const int ns = nrt ? (int)((L + chunk - 1) / chunk) : 0;
+  const int chunk_b = ns ? (int)((L + ns - 1) / ns + BN - 1) / BN * BN : 0;
+  const int ns_t = TAIL_E < 8 && tail ? (int)((L + chunk_t - 1) / chunk_t) : 0;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    p.table[0] = ns;
+    p.table[1] = nrt;
+    p.table[2] = ns > 1 ? 0 : -1;
+    p.table[3] = ns_t > 0 ? -ns_t : chunk_b;
+  }
+  const int n_items = TAIL_E < 8 ? (nrt - tail) * ns + ns_t : nrt * ns;
+  const int local = blockIdx.x;
+  MLAV_TRACE_AT(TRACE_VERIFY, 1);
+  if (local >= n_items) return false;
+  int split = local / nrt, rt = local - split * nrt, ns_i = ns, chunk_i = chunk_b;
+  if constexpr (TAIL_E < 8) {
+    const int nf = nrt - (ns_t > 0);
+    if (local >= nf * ns) {
+      split = local - nf * ns; rt = nrt - 1; ns_i = ns_t;
+      chunk_i = (int)((L + ns_t - 1) / ns_t + BN - 1) / BN * BN;
+    } else {
+      split = local / nf; rt = local - split * nf;
+    }
+  }
+  const int Li = S + T;
+  it.b = 0; it.rt = rt; it.split = split; it.ns = ns_i; it.nrt = nrt;
+  it.p0 = split * chunk_i;
+  int p1 = min(Li, (split + 1) * chunk_i);
+  if (!p.mask) {   // plan_item's causal chain
+    const int last_tok = (int)((min((long long)(rt + 1) * BMR, (long long)T * p.H) - 1) / p.H);
+    p1 = min(p1, max(it.p0 + 1, S + last_tok + 1));
+  }
+  it.p1 = p1; it.S = S; it.T = T; it.qo0 = (int)qo0;
+  it.part_slot = ns_i > 1 ? local : -1;
+  it.kv0 = kv0; it.m0 = m0;
+  return it.part_slot < p.part_cap;
+}
+
+// The CTA's item: plan_one for a one-request launch where ONE, else plan_item. ONE is each kernel's choice
+// (tier_rowsd.cuh, tier_small.cuh, tier_small8.cuh): true where its loop kept its machine code beside the
+// second plan path (rows64d, small's 8-row tiles, small8's 8- and 16-row tiles); where ptxas reshaped the
+// loop around it (rows32d, small8's 32-row tiles) the call lost up to 12.6 us, so those and small's 16- and
+// 32-row tiles keep plan_item alone (kernel/NOTES.md, thirty-seventh section).
+// -DMLAV_PLAN_GENERAL: plan_item everywhere, the production before (overlap's plan_general).
+template <int BMR, int THREADS, int TAIL_E, bool ONE>
+__device__ __forceinline__ bool plan(const Params& p, int* smem_i, Item& it) {
+#ifndef MLAV_PLAN_GENERAL
+  if constexpr (ONE) return p.bs == 1 ? plan_one<BMR, TAIL_E>(p, it) : plan_item<BMR, THREADS, TAIL_E>(p, smem_i, it);
+  else
+#endif
+  return plan_item<BMR, THREADS, TAIL_E>(p, smem_i, it);
+}
+
 // A row tile's result, staged in shared memory (osm: normalised O, [RT][OSTRIDE] bf16; lse_s:
 // [RT] log2-LSE), stored by THREADS threads with 16-byte stores: to o and lse (natural log) when
 // the request has one split, else to this item's partial slot for the merge. Rows past the
