@@ -652,3 +652,19 @@ def test_plan_one_took_a_microsecond_off_each_timed_default_shape_and_slowed_two
                                (fp8_s, 16, 4, 10.0)):
         assert gain(doc, "plan_one", T, tier) > lost, (T, tier)
         assert _time(doc, T, "plan_one", "no_loads", tier) < _time(doc, T, "production", "no_loads", tier) + 1.0
+
+
+def test_production_plan_one_against_the_general_plan_gained_at_every_default_shape():
+    # plan_one as production (2d26e37, kernel source 604d81ee: the plan_one_sel build's machine code on every
+    # function; its guarantees passed on the same H100 first) beside the general plan everywhere, the production
+    # before (plan_general, 1de3bcbb's machine code), one run of five rounds a pool, every call bit-equal: the
+    # merged call at the tier production picks for each default draft length, fp8's 16-row tiles (T = 2) included
+    from kernel.ops import pick_tier
+    bf16, fp8 = (json.loads((RUNGS / f).read_text()) for f in (
+        "overlap-h100-20261207T2324-plan-general.json", "overlap-fp8-h100-20261207T2324-plan-general.json"))
+    for doc, n in ((bf16, 36), (fp8, 57)):
+        assert doc["kernel_source"] == "604d81ee5f5d2a5c" and doc["not_timed_differs"] == []
+        assert len(doc["same_output"]) == n and all(c["equal"] for c in doc["same_output"])
+    for doc, ts, kv_fp8 in ((bf16, (1, 8, 32), False), (fp8, (1, 2, 8, 16, 32), True)):
+        for T in ts:
+            assert 0.4 < _merged_gain(doc, "plan_general", T, pick_tier(8, T, 1, T, kv_fp8=kv_fp8)) < 2.5, (T, kv_fp8)

@@ -49,28 +49,32 @@ def test_tier_rows_match_the_kernel_and_the_recorded_files():
 
 
 def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
-    """The newest bench (bench-h100-20261207T1749.json, kernel source 1de3bcbb996fd144, the shipped code: the
-    prologue's slot ids and item in registers except on fp8 rows32d, fp8 rows64d 4 tiles ahead, an H100): T = 1
-    ran at 8-row tiles, 82.8 us against 155.7 us with rows64 forced (83.1 against 151.3 in
-    bench-h100-20261207T1505.json, 8d737971 on the same H100 model; the H200's bench-h200-20261206T2051.json, an
-    older kernel: 61.5 against 154.8; T = 1 streams the KV, and the H100 reads it at 3,125 GB/s against the
-    H200's 4,313); T = 4 ran rows32d; the centre ran rows64d, 98.4 us (median of the sweeps that repeat it, bf16
-    rows only; 100.2 with 8d737971, 98.8 on the H100 of bench-h100-20261207T0837.json with aa1ff7cc, 100.0 on
-    that H200) against 164.9 us with rows64 forced."""
+    """The newest bench (bench-h100-20261207T2330.json, kernel source 604d81ee5f5d2a5c, the shipped code: a
+    one-request launch's schedule in closed form, an H100): T = 1 ran at 8-row tiles, 81.4 us against 153.5 us
+    with rows64 forced (82.8 against 155.7 in bench-h100-20261207T1749.json, 1de3bcbb, the kernel before; 83.1
+    against 151.3 in bench-h100-20261207T1505.json, 8d737971 on the same H100 model; the H200's
+    bench-h200-20261206T2051.json, an older kernel: 61.5 against 154.8; T = 1 streams the KV, and the H100 reads
+    it at 3,128 GB/s against the H200's 4,313); T = 4 ran rows32d; the centre ran rows64d, 97.5 us (median of the sweeps that repeat it, bf16
+    rows only; 98.4 with 1de3bcbb, 100.2 with 8d737971, 98.8 on the H100 of bench-h100-20261207T0837.json with
+    aa1ff7cc, 100.0 on that H200) against 165.5 us with rows64 forced."""
     bench = data.newest(DATA, "bench")
     tab = data.tier_frame(data.bench_frame(bench, variants=True))
     t1 = data.select(tab, T=1, H=8, S=185000)
     assert len(t1) == 1
     r = t1.iloc[0]
     assert (r["tier"], r["tile"]) == (1, "small (8-row tiles)")
-    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "82.8 vs 155.7"
+    assert f"{r['ours_us']:.1f} vs {r['rows64_us']:.1f}" == "81.4 vs 153.5"
     assert data.centre_tier(tab) == 8
     t4 = data.select(tab, T=4, H=8, S=185000).iloc[0]
     assert (t4["tier"], t4["tile"]) == (6, "rows32d (32-row tiles)")
     c = data.select(tab, T=8, H=8, S=185000, batch=1, layout="scattered", page_size=1).iloc[0]
-    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "98.4 vs 164.9"
+    assert f"{c['ours_us']:.1f} vs {c['rows64_us']:.1f}" == "97.5 vs 165.5"
     flash_t1 = data.select(data.bench_frame(bench), impl=data.OURS, T=1)
-    assert [round(t, 1) for t in flash_t1["time_us"]] == [82.8]
+    assert [round(t, 1) for t in flash_t1["time_us"]] == [81.4]
+    prev = data.tier_frame(data.bench_frame(data.load_file(DATA / "bench-h100-20261207T1749.json"), variants=True))
+    p1 = data.select(prev, T=1, H=8, S=185000).iloc[0]
+    pc = data.select(prev, T=8, H=8, S=185000, batch=1, layout="scattered", page_size=1).iloc[0]
+    assert (round(p1["ours_us"], 1), round(pc["ours_us"], 1)) == (82.8, 98.4)
     before = data.tier_frame(data.bench_frame(data.load_file(DATA / "bench-h200-20261206T2051.json"), variants=True))
     b1 = data.select(before, T=1, H=8, S=185000).iloc[0]
     assert f"{b1['ours_us']:.1f} vs {b1['rows64_us']:.1f}" == "61.5 vs 154.8"
@@ -129,22 +133,31 @@ def test_recorded_fixed_cost_and_phases():
 
 
 def test_phase_2s_trace_is_the_shipped_machine_code():
-    """The newest trace (phase 2's table): 1de3bcbb (87f6b81, the shipped code: the prologue's slot ids and item
-    in registers except on fp8 rows32d, fp8 rows64d 4 tiles ahead) on the H100 of the bench's files. At T = 1 the
-    last store lands 4.8 us after the median one (4.3 with 8d737971 on another H100, trace-h100-20261207T1504.json;
-    1.2 on the H200 of trace-h200-20261207T0539.json, an older kernel), the merge ends 2.8 us after it; at the
-    centre (rows64d, T = 8) the prologue is 1.3 us on bf16 and 2.4 on fp8 (8d737971, the same machine code at
-    these shapes: 1.3 and 2.3), where aa1ff7cc (Q through the ring before the plan) took 1.6 and 4.3
+    """The newest trace (phase 2's table): 604d81ee (2d26e37, the shipped code: a one-request launch's schedule in
+    closed form) on the H100 of the bench's files. Its plan is 0.9 us at the centre on both pools and 1.0-1.1 at
+    T = 1, where 1de3bcbb's (trace-h100-20261207T1755.json, the kernel before) took 2.2-2.5; at T = 4 rows32d
+    keeps the general plan, 2.0 us in both. At T = 1 the last store lands 5.0 us after the median one (4.8 with
+    1de3bcbb, 4.3 with 8d737971 on another H100, trace-h100-20261207T1504.json; 1.2 on the H200 of
+    trace-h200-20261207T0539.json, an older kernel), the merge ends 2.9 us after it; at the centre (rows64d,
+    T = 8) the prologue is 1.4 us on bf16 and 3.0 on fp8 (1de3bcbb: 1.3 and 2.4; the shorter plan no longer
+    covers as much of the wait for Q, loaded before it; 8d737971: 1.3 and 2.3), where aa1ff7cc (Q through the ring before the plan) took 1.6 and 4.3
     (trace-h100-20261207T0841.json), the kernel before it 3.8 and 5.2 (that H200), 3.8 and 5.4
     (trace-h100-20261207T0000.json) and 5e66d98f 3.7 and 5.3 (another H100, trace-h100-20261206T1911.json):
     Q's delivery was the bf16 prologue, and fp8's the slot ids' chained loads and its six tiles ahead."""
     doc = data.newest(DATA, "trace")
-    assert doc["_path"].endswith("trace-h100-20261207T1755.json") and doc["kernel_source"] == "1de3bcbb996fd144"
+    assert doc["_path"].endswith("trace-h100-20261207T2330.json") and doc["kernel_source"] == "604d81ee5f5d2a5c"
     assert doc["gpu"] == "NVIDIA H100 80GB HBM3"
+    before = data.load_file(DATA / "trace-h100-20261207T1755.json")
+    plan = lambda d: {(row["kv_dtype"], row["T"]): round(row["plan_us"], 1) for row in d["rows"] if row["S"] == 185000}
+    assert plan(doc) == {("bfloat16", 1): 1.0, ("bfloat16", 4): 2.0, ("bfloat16", 8): 0.9,
+                         ("fp8_e4m3", 1): 1.1, ("fp8_e4m3", 8): 0.9}
+    assert plan(before) == {("bfloat16", 1): 2.2, ("bfloat16", 4): 2.0, ("bfloat16", 8): 2.2,
+                            ("fp8_e4m3", 1): 2.5, ("fp8_e4m3", 8): 2.2}
     tf = data.trace_frame(doc)
     r = data.select(tf, pool=data.BF16_KV, T=1, S=185000).iloc[0]
-    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (4.8, 2.8)
-    for d, want in ((doc, (1.3, 2.4)), (data.load_file(DATA / "trace-h100-20261207T1504.json"), (1.3, 2.3)),
+    assert (round(r["store_tail_us"], 1), round(r["merge_after_us"], 1)) == (5.0, 2.9)
+    for d, want in ((doc, (1.4, 3.0)), (before, (1.3, 2.4)),
+                    (data.load_file(DATA / "trace-h100-20261207T1504.json"), (1.3, 2.3)),
                     (data.load_file(DATA / "trace-h100-20261207T0841.json"), (1.6, 4.3)),
                     (data.load_file(DATA / "trace-h200-20261207T0539.json"), (3.8, 5.2)),
                     (data.load_file(DATA / "trace-h100-20261207T0000.json"), (3.8, 5.4)),
@@ -172,7 +185,12 @@ def test_the_rows64d_tiles_own_math_apart_from_what_a_call_costs_once():
     2.4 us less than aa1ff7cc's: its prologue, 2.0 us shorter as traced. The newest
     (fixed-cost-h100-20261207T1755.json, the shipped 1de3bcbb, whose machine code at these shapes is
     8d737971's, another H100): 1,729 clocks a tile beside 8.0 us once; fp8 T = 16's whole call 2,029 beside
-    16.7 us once: the same code's tile within 23 clocks and its once-cost within 1.1 us across two machines."""
+    16.7 us once: the same code's tile within 23 clocks and its once-cost within 1.1 us across two machines. The
+    newest (fixed-cost-h100-20261207T2330.json, 604d81ee: the schedule in closed form, 1.3 us shorter as traced,
+    the same H100 as 1de3bcbb's): 1,700 clocks a tile beside 8.9 us once; fp8 T = 16's whole call 2,048 beside
+    16.4 us once. The fit moves clocks between its slope and its intercept by more than the plan's 1.3 us (about
+    30 clocks of the centre's 88 tiles), so it cannot show that change; overlap's paired runs do
+    (rungs/overlap*-h100-20261207T2324-plan-general.json)."""
     ff = data.fixed_cost_frame(data.load_file(DATA / "fixed-cost-h100-20261206T1607.json"))
     assert ff["marginal_clk_per_tile"].notna().all()
     alone = data.select(ff, part="math alone, without the merge").set_index(["pool", "T"])
@@ -189,14 +207,15 @@ def test_the_rows64d_tiles_own_math_apart_from_what_a_call_costs_once():
                                        ("fixed-cost-h200-20261207T0539.json", 1709, (2094, 18.9)),
                                        ("fixed-cost-h100-20261207T0841.json", 1744, (2016, 18.0)),
                                        ("fixed-cost-h100-20261207T1504.json", 1752, (2039, 15.6)),
-                                       ("fixed-cost-h100-20261207T1755.json", 1729, (2029, 16.7))):
+                                       ("fixed-cost-h100-20261207T1755.json", 1729, (2029, 16.7)),
+                                       ("fixed-cost-h100-20261207T2330.json", 1700, (2048, 16.4))):
         nf = data.fixed_cost_frame(data.load_file(DATA / name))
         a = data.select(nf, part="math alone, without the merge", pool=data.BF16_KV, T=8).iloc[0]
         w = data.select(nf, part="whole call", pool=data.FP8_KV, T=16).iloc[0]
         assert round(a["marginal_clk_per_tile"]) == bf16_tile
         assert (round(w["marginal_clk_per_tile"]), round(w["tile_intercept_us"], 1)) == fp8_whole
     new = data.newest(DATA, "fixed_cost")
-    assert new["_path"].endswith("fixed-cost-h100-20261207T1755.json") and new["kernel_source"] == "1de3bcbb996fd144"
+    assert new["_path"].endswith("fixed-cost-h100-20261207T2330.json") and new["kernel_source"] == "604d81ee5f5d2a5c"
     once = data.select(data.fixed_cost_frame(new), part="math alone, without the merge", pool=data.BF16_KV, T=8)
     assert once.iloc[0]["tile_intercept_us"] < 10.4
 
