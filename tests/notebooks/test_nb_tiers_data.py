@@ -54,9 +54,9 @@ def test_recorded_t1_is_the_small_tier_and_its_gain_over_rows64():
     with rows64 forced (82.8 against 155.7 in bench-h100-20261207T1749.json, 1de3bcbb, the kernel before; 83.1
     against 151.3 in bench-h100-20261207T1505.json, 8d737971 on the same H100 model; the H200's
     bench-h200-20261206T2051.json, an older kernel: 61.5 against 154.8; T = 1 streams the KV, and the H100 reads
-    it at 3,128 GB/s against the H200's 4,313); T = 4 ran rows32d; the centre ran rows64d, 97.5 us (median of the sweeps that repeat it, bf16
-    rows only; 98.4 with 1de3bcbb, 100.2 with 8d737971, 98.8 on the H100 of bench-h100-20261207T0837.json with
-    aa1ff7cc, 100.0 on that H200) against 165.5 us with rows64 forced."""
+    it at 3,128 GB/s against the H200's 4,313); T = 4 ran rows32d; the centre ran rows64d, 97.5 us (median of the
+    sweeps that repeat it, bf16 rows only; 98.4 with 1de3bcbb, 100.2 with 8d737971, 98.8 on the H100 of
+    bench-h100-20261207T0837.json with aa1ff7cc, 100.0 on that H200) against 165.5 us with rows64 forced."""
     bench = data.newest(DATA, "bench")
     tab = data.tier_frame(data.bench_frame(bench, variants=True))
     t1 = data.select(tab, T=1, H=8, S=185000)
@@ -140,15 +140,17 @@ def test_phase_2s_trace_is_the_shipped_machine_code():
     1de3bcbb, 4.3 with 8d737971 on another H100, trace-h100-20261207T1504.json; 1.2 on the H200 of
     trace-h200-20261207T0539.json, an older kernel), the merge ends 2.9 us after it; at the centre (rows64d,
     T = 8) the prologue is 1.4 us on bf16 and 3.0 on fp8 (1de3bcbb: 1.3 and 2.4; the shorter plan no longer
-    covers as much of the wait for Q, loaded before it; 8d737971: 1.3 and 2.3), where aa1ff7cc (Q through the ring before the plan) took 1.6 and 4.3
-    (trace-h100-20261207T0841.json), the kernel before it 3.8 and 5.2 (that H200), 3.8 and 5.4
-    (trace-h100-20261207T0000.json) and 5e66d98f 3.7 and 5.3 (another H100, trace-h100-20261206T1911.json):
-    Q's delivery was the bf16 prologue, and fp8's the slot ids' chained loads and its six tiles ahead."""
+    covers as much of the wait for Q, loaded before it; 8d737971: 1.3 and 2.3), where aa1ff7cc (Q through the
+    ring before the plan) took 1.6 and 4.3 (trace-h100-20261207T0841.json), the kernel before it 3.8 and 5.2
+    (that H200), 3.8 and 5.4 (trace-h100-20261207T0000.json) and 5e66d98f 3.7 and 5.3 (another H100,
+    trace-h100-20261206T1911.json): Q's delivery was the bf16 prologue, and fp8's the slot ids' chained loads and
+    its six tiles ahead."""
     doc = data.newest(DATA, "trace")
     assert doc["_path"].endswith("trace-h100-20261207T2330.json") and doc["kernel_source"] == "604d81ee5f5d2a5c"
     assert doc["gpu"] == "NVIDIA H100 80GB HBM3"
     before = data.load_file(DATA / "trace-h100-20261207T1755.json")
-    plan = lambda d: {(row["kv_dtype"], row["T"]): round(row["plan_us"], 1) for row in d["rows"] if row["S"] == 185000}
+    plan = lambda d: {(row["kv_dtype"], row["T"]): round(row["plan_us"], 1)
+                      for row in d["rows"] if row["S"] == 185000}
     assert plan(doc) == {("bfloat16", 1): 1.0, ("bfloat16", 4): 2.0, ("bfloat16", 8): 0.9,
                          ("fp8_e4m3", 1): 1.1, ("fp8_e4m3", 8): 0.9}
     assert plan(before) == {("bfloat16", 1): 2.2, ("bfloat16", 4): 2.0, ("bfloat16", 8): 2.2,
