@@ -261,6 +261,45 @@ struct Item {
   long long kv0, m0;   // kv_indptr[b], mask_indptr[b]
 };
 
+// The chunk both plans aim at, from the launch's work `total` (token-rows of every row tile; in eighths
+// where TAIL_E < 8) and its row tiles `U`, with `p`, TAIL_E, BN and MIN_CHUNK in scope. It declares:
+// - chunk (= chunk_safe): aimed at (target - U) items. Every request rounds its split count up, at most
+//   one extra item per row tile, so the whole schedule stays within one wave. More row tiles than CTAs:
+//   one split each. A chunk of 2^31 tokens is as good as any longer one and keeps the per-request
+//   divisions 32-bit.
+// - chunk_fit: aimed at target itself. chunk_safe leaves up to U SMs idle where fewer are enough (the
+//   centre: 130 items on 132 SMs; T = 32 at 8 heads: 128), so where `two` the plan counts chunk_fit's
+//   items too and takes it where they fit in one wave (kernel/NOTES.md, the wave fit).
+// - tail_chunk and chunk_t: the tail row tile's chunk, 8 / TAIL_E times the full ones', rounded up to BN.
+// A macro, not a function: plan_one's item must stay plan_item's bit for bit, and the two function forms
+// tried (a struct returned, references written) each reshaped all 31 verify kernels' machine code on every
+// arch; the macro keeps the measured code (kernel/NOTES.md, thirty-ninth section).
+#ifdef MLAV_WAVE_SAFE   // the old schedule, chunk_safe always (overlap's wave_safe variant)
+#define MLAV_PLAN_TWO false
+#else
+#define MLAV_PLAN_TWO chunk_fit != chunk_safe && p.target_ctas < (1 << 14)
+#endif
+#define MLAV_PLAN_CHUNKS(total, U)                                                                                   \
+  long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U) : (1LL << 40);   \
+  if constexpr (TAIL_E < 8) {                                                                                          \
+    if (U < p.target_ctas) chunk64 = (total + 8 * (p.target_ctas - U) - 1) / (8 * (p.target_ctas - U));              \
+  }                                                                                                                    \
+  if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;                                                                        \
+  unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;                                            \
+  const unsigned chunk_safe = chunk;                                                                                   \
+  unsigned chunk_fit = chunk;                                                                                          \
+  if (U < p.target_ctas) {                                                                                             \
+    long long c = TAIL_E < 8 ? (total + 8LL * p.target_ctas - 1) / (8LL * p.target_ctas)                               \
+                             : (total + p.target_ctas - 1) / p.target_ctas;                                            \
+    if (c < MIN_CHUNK) c = MIN_CHUNK;                                                                                  \
+    chunk_fit = (unsigned)(min(c, 1LL << 31) + BN - 1) / BN * BN;                                                     \
+  }                                                                                                                    \
+  const bool two = MLAV_PLAN_TWO;                                                                                      \
+  auto tail_chunk = [](unsigned c) {                                                                                   \
+    return (unsigned)(min(((long long)c * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN;                   \
+  };                                                                                                                   \
+  unsigned chunk_t = tail_chunk(chunk)
+
 // Every CTA derives the whole schedule from the sequence lengths (under 2 us, no
 // extra launch) and picks its own item. Returns false when this CTA has no work.
 // A request's T_b * H query rows form nrt_b = ceil(T_b * H / BMR) row tiles. Splits: with
@@ -336,39 +375,10 @@ __device__ bool plan_item(const Params& p, int* smem_i, Item& it) {
   long long total = 0, U = 0;
 #pragma unroll
   for (int w = 0; w < W; ++w) { total += work_w[w]; U += nrt_w[w]; }
-  // every request rounds its split count up, at most one extra item per row tile, so aiming
-  // at (target - U) items keeps the whole schedule within one wave
-  long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U)
-                                        : (1LL << 40);   // more row tiles than CTAs: one split each
-  if constexpr (TAIL_E < 8) {   // total is in eighths
-    if (U < p.target_ctas) chunk64 = (total + 8 * (p.target_ctas - U) - 1) / (8 * (p.target_ctas - U));
-  }
-  if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
-  // the chunk aimed at (target - U) items leaves up to U SMs idle where fewer are enough (the
-  // centre: 130 items on 132 SMs; T = 32 at 8 heads: 128): pass 2 also counts the items of the
-  // chunk aimed at target itself (chunk_fit) in the same scan, and the plan takes it where they fit
-  // in one wave (kernel/NOTES.md, the wave fit)
-  // a chunk of 2^31 tokens is as good as any longer one (one split per request) and keeps the
-  // per-request divisions 32-bit
-  unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
-  const unsigned chunk_safe = chunk;
-  unsigned chunk_fit = chunk;
-  if (U < p.target_ctas) {
-    long long c = TAIL_E < 8 ? (total + 8LL * p.target_ctas - 1) / (8LL * p.target_ctas)
-                             : (total + p.target_ctas - 1) / p.target_ctas;
-    if (c < MIN_CHUNK) c = MIN_CHUNK;
-    chunk_fit = (unsigned)(min(c, 1LL << 31) + BN - 1) / BN * BN;
-  }
-#ifdef MLAV_WAVE_SAFE   // the old schedule, chunk_safe always (overlap's wave_safe variant)
-  const bool two = false;
-#else
-  const bool two = chunk_fit != chunk_safe && p.target_ctas < (1 << 14);
-#endif
+  MLAV_PLAN_CHUNKS(total, U);
+  // a request's splits; TAIL_E < 8: its tail row tile's splits, and its items, ns x (nrt - tail) full ones,
+  // then ns_t of the tail
   auto splits = [&](const Req& r, int nrt) { return nrt ? (int)(((unsigned)(r.S + r.T) + chunk - 1) / chunk) : 0; };
-  // TAIL_E < 8: the tail row tile's chunk, 8 / TAIL_E times the full ones', rounded up to BN; its splits;
-  // a request's items, ns x (nrt - tail) full ones, then ns_t of the tail
-  auto tail_chunk = [](unsigned c) { return (unsigned)(min(((long long)c * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN; };
-  unsigned chunk_t = tail_chunk(chunk);
   const unsigned chunk_fit_t = tail_chunk(chunk_fit);
   auto splits_t = [&](const Req& r, int nrt) { return tail_of(r, nrt) ? (int)(((unsigned)(r.S + r.T) + chunk_t - 1) / chunk_t) : 0; };
   auto items_t = [&](const Req& r, int nrt, int ns) { return (nrt - tail_of(r, nrt)) * ns + splits_t(r, nrt); };
@@ -489,27 +499,7 @@ __device__ __forceinline__ bool plan_one(const Params& p, Item& it) {
   const long long total = TAIL_E < 8 ? (long long)(8 * nrt - (8 - TAIL_E) * tail) * (S + T)
                                      : (long long)nrt * (S + T);
   const long long U = nrt;
-  long long chunk64 = U < p.target_ctas ? (total + (p.target_ctas - U) - 1) / (p.target_ctas - U) : (1LL << 40);
-  if constexpr (TAIL_E < 8) {
-    if (U < p.target_ctas) chunk64 = (total + 8 * (p.target_ctas - U) - 1) / (8 * (p.target_ctas - U));
-  }
-  if (chunk64 < MIN_CHUNK) chunk64 = MIN_CHUNK;
-  unsigned chunk = (unsigned)(min(chunk64, 1LL << 31) + BN - 1) / BN * BN;
-  const unsigned chunk_safe = chunk;
-  unsigned chunk_fit = chunk;
-  if (U < p.target_ctas) {
-    long long c = TAIL_E < 8 ? (total + 8LL * p.target_ctas - 1) / (8LL * p.target_ctas)
-                             : (total + p.target_ctas - 1) / p.target_ctas;
-    if (c < MIN_CHUNK) c = MIN_CHUNK;
-    chunk_fit = (unsigned)(min(c, 1LL << 31) + BN - 1) / BN * BN;
-  }
-#ifdef MLAV_WAVE_SAFE
-  const bool two = false;
-#else
-  const bool two = chunk_fit != chunk_safe && p.target_ctas < (1 << 14);
-#endif
-  auto tail_chunk = [](unsigned c) { return (unsigned)(min(((long long)c * 8 + TAIL_E - 1) / TAIL_E, 1LL << 31) + BN - 1) / BN * BN; };
-  unsigned chunk_t = tail_chunk(chunk);
+  MLAV_PLAN_CHUNKS(total, U);
   if (two) {   // plan_item's pass 2 for one request: chunk_fit where its items fit in one wave
     const int ns_a = nrt ? (int)((L + chunk_fit - 1) / chunk_fit) : 0;
     const unsigned chunk_fit_t = tail_chunk(chunk_fit);
